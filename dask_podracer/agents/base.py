@@ -1,0 +1,97 @@
+"""What every algorithm provides, and the registry that maps a config's name to it.
+
+An agent is a worker (acts in a VecEnv, fills its buffer) and a learner (updates
+networks from that buffer) behind one small interface, so a training segment can
+drive any algorithm the same way. Its whole state is `state_dict()`: nested dicts
+and lists of tensors and plain values, which the store keeps as named arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Protocol
+
+import gymnasium as gym
+import torch
+from torch import Tensor
+
+from dask_podracer.envs import VecEnv
+
+Metrics = dict[str, float]
+
+
+class Agent(Protocol):
+    algorithm: ClassVar[str]
+    config: Any  # the algorithm's frozen hyper-parameter dataclass
+
+    def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions `[B, *act_shape]` for observations `[B, *obs_shape]`, in the env's action bounds."""
+        ...
+
+    def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
+        """Collect some transitions from `env` starting at `obs`, learn from them.
+
+        Returns the env's current observation, the env steps taken (summed over envs)
+        and scalar metrics of this iteration (losses, entropy, ...).
+        """
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore networks, optimizers and buffers; keep *this* agent's hyper-parameters.
+
+        A child segment may have changed learning rates: they win over the ones stored
+        in the parent's optimizer state.
+        """
+        ...
+
+
+AgentFactory = Callable[[gym.spaces.Space, gym.spaces.Space, Any, torch.device], Agent]
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmInfo:
+    name: str
+    config_cls: type
+    factory: AgentFactory
+    tunable: tuple[str, ...]  # float hyper-parameters a generator may perturb between segments
+
+
+_ALGORITHMS: dict[str, AlgorithmInfo] = {}
+
+
+def register_algorithm(info: AlgorithmInfo) -> None:
+    _ALGORITHMS[info.name] = info
+
+
+def algorithm_info(name: str) -> AlgorithmInfo:
+    try:
+        return _ALGORITHMS[name]
+    except KeyError:
+        known = ", ".join(sorted(_ALGORITHMS))
+        raise ValueError(f"unknown algorithm {name!r}; known algorithms: {known}") from None
+
+
+def registered_algorithms() -> list[str]:
+    return sorted(_ALGORITHMS)
+
+
+def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
+               hparams: Mapping[str, Any], device: str | torch.device = "cpu") -> Agent:
+    """Build a fresh agent of algorithm `name` with hyper-parameters `hparams` (a mapping)."""
+    info = algorithm_info(name)
+    config = info.config_cls(**hparams)
+    return info.factory(observation_space, action_space, config, torch.device(device))
+
+
+def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam with the fused kernel: on a CPU it is ~5x faster per step than the default loop."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Apply `lr` after loading an optimizer state (which carries the parent's rate)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,324 @@
+"""Proximal Policy Optimisation (clipped surrogate, GAE), in the manner of CleanRL / SB3.
+
+One iteration: act `rollout_steps` steps in each of `num_envs` envs (all on the env's device),
+compute GAE bootstrapping through time-limit truncation, then run `epochs` passes of shuffled
+minibatch updates of a joint actor + critic loss. Continuous actions use a Gaussian with a
+state-independent log-std in [-1, 1] units, clipped and scaled to the Box when stepping the env;
+Discrete actions use a categorical policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+from torch import Tensor, nn
+
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.networks import ActionScale, mlp
+from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
+from dask_podracer.envs import VecEnv
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    num_envs: int = 64
+    """envs in the worker's VecEnv"""
+    rollout_steps: int = 64
+    """steps per env per iteration (an iteration collects num_envs * rollout_steps transitions)"""
+    learning_rate: float = 1e-3
+    """Adam step size for actor and critic"""
+    gamma: float = 0.95
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation"""
+    clip_coef: float = 0.2
+    """the probability ratio is clipped to [1 - clip_coef, 1 + clip_coef]"""
+    clip_value: float | None = None
+    """if set, value predictions move at most this far from the rollout's values per iteration"""
+    ent_coef: float = 0.0
+    """weight of the entropy bonus"""
+    vf_coef: float = 0.5
+    """weight of the value loss"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    epochs: int = 10
+    """passes over each rollout"""
+    num_minibatches: int = 8
+    """minibatches per epoch"""
+    target_kl: float | None = None
+    """if set, stop an iteration's epochs once the approximate KL exceeds it"""
+    hidden: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the actor and of the critic"""
+    log_std_init: float = 0.0
+    """initial log standard deviation of the Gaussian policy, in [-1, 1] action units"""
+    normalize_advantages: bool = True
+    """standardise advantages within each minibatch"""
+    reward_scale: float = 0.1
+    """rewards are multiplied by this before learning (returns are reported unscaled)"""
+    seed: int = 0
+    """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        checks = [
+            ("num_envs", self.num_envs >= 1, ">= 1"),
+            ("rollout_steps", self.rollout_steps >= 1, ">= 1"),
+            ("learning_rate", self.learning_rate > 0, "> 0"),
+            ("gamma", 0 <= self.gamma <= 1, "in [0, 1]"),
+            ("gae_lambda", 0 <= self.gae_lambda <= 1, "in [0, 1]"),
+            ("clip_coef", 0 < self.clip_coef <= 1, "in (0, 1]"),
+            ("clip_value", self.clip_value is None or self.clip_value > 0, "None or > 0"),
+            ("ent_coef", self.ent_coef >= 0, ">= 0"),
+            ("vf_coef", self.vf_coef > 0, "> 0"),
+            ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
+            ("epochs", self.epochs >= 1, ">= 1"),
+            ("num_minibatches", 1 <= self.num_minibatches <= self.batch_size,
+             f"in [1, batch_size={self.batch_size}]"),
+            ("target_kl", self.target_kl is None or self.target_kl > 0, "None or > 0"),
+            ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
+            ("reward_scale", self.reward_scale > 0, "> 0"),
+        ]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)!r}")
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per iteration."""
+        return self.num_envs * self.rollout_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per gradient step (the last minibatches may hold one less)."""
+        return math.ceil(self.batch_size / self.num_minibatches)
+
+
+# -- pure losses ---------------------------------------------------------------------------
+
+def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor,
+                           clip_coef: float) -> tuple[Tensor, Tensor, Tensor]:
+    """PPO's policy loss -E[min(r A, clip(r, 1-eps, 1+eps) A)], with r = exp(log_prob - old_log_prob).
+
+    All inputs are `[N]`. Returns the loss, the fraction of samples whose ratio was clipped,
+    and the approximate KL(old || new) estimate E[(r - 1) - log r] (Schulman's k3), all scalars.
+    """
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages
+    loss = -torch.min(unclipped, clipped).mean()
+    with torch.no_grad():
+        clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+    return loss, clip_fraction, approx_kl
+
+
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_value: float | None) -> Tensor:
+    """0.5 * E[(V - R)^2] over `[N]` inputs; with `clip_value`, the pessimistic max of the
+    unclipped error and the error of `old_values + clip(V - old_values, -c, c)`."""
+    error = (values - returns).pow(2)
+    if clip_value is not None:
+        clipped = old_values + (values - old_values).clamp(-clip_value, clip_value)
+        error = torch.max(error, (clipped - returns).pow(2))
+    return 0.5 * error.mean()
+
+
+# -- networks ------------------------------------------------------------------------------
+
+def _orthogonal_init(net: nn.Sequential, last_gain: float, generator: torch.Generator) -> nn.Sequential:
+    """CleanRL's init: orthogonal weights (gain sqrt 2, `last_gain` for the output layer), zero biases."""
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, last_gain if i == len(linears) - 1 else math.sqrt(2), generator=generator)
+        nn.init.zeros_(layer.bias)
+    return net
+
+
+class PolicyHead(nn.Module):
+    """pi(a|s) for a Box (Gaussian, state-independent log-std) or a Discrete (categorical) space.
+
+    `sample`, `log_prob_entropy` and `env_action` take obs `[B, obs_dim]`; actions are
+    `[B, act_dim]` raw Gaussian samples in [-1, 1] units (clipped only in `env_action`),
+    or `[B]` int64 for Discrete.
+    """
+
+    def __init__(self, obs_dim: int, action_space: gym.spaces.Space, hidden: tuple[int, ...],
+                 log_std_init: float, generator: torch.Generator) -> None:
+        super().__init__()
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            out = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            out = action_space.shape[0]
+            self.log_std = nn.Parameter(torch.full((out,), float(log_std_init)))
+            self.scale = ActionScale(action_space.low, action_space.high)
+        else:
+            raise ValueError(f"ppo supports 1-D Box or Discrete action spaces, got {action_space}")
+        self.body = _orthogonal_init(mlp([obs_dim, *hidden, out], nn.Tanh), 0.01, generator)
+
+    def sample(self, obs: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """A stochastic action and its log-probability `[B]`."""
+        out = self.body(obs)
+        if self.discrete:
+            action = torch.multinomial(out.softmax(-1), 1, generator=generator).squeeze(-1)
+            return action, torch.distributions.Categorical(logits=out).log_prob(action)
+        std = self.log_std.exp()
+        noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+        action = out + std * noise
+        log_prob = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, log_prob
+
+    def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """log pi(action|obs) and the policy's entropy, both `[B]`."""
+        out = self.body(obs)
+        if self.discrete:
+            dist = torch.distributions.Categorical(logits=out)
+            return dist.log_prob(action), dist.entropy()
+        dist = torch.distributions.Normal(out, self.log_std.exp())
+        return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
+
+    def env_action(self, obs: Tensor, action: Tensor | None = None) -> Tensor:
+        """What the env is given: `action` (or the mode, if None) clipped and scaled into bounds."""
+        if action is None:
+            out = self.body(obs)
+            action = out.argmax(-1) if self.discrete else out
+        return action if self.discrete else self.scale(action.clamp(-1.0, 1.0))
+
+
+# -- the agent -----------------------------------------------------------------------------
+
+class PPOAgent:
+    """A PPO worker + learner on one device; see the module docstring."""
+
+    algorithm: ClassVar[str] = "ppo"
+
+    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
+                 config: PPOConfig, device: torch.device) -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.obs_dim = math.prod(observation_space.shape)
+        # One private random stream for init, sampling and shuffling, seeded from torch's global RNG (which
+        # a segment seeds with its own seed) plus config.seed: reproducible after torch.manual_seed, different
+        # for every segment, and unaffected by whatever else draws from the global RNG later.
+        seed = int(torch.randint(2**62, ())) + config.seed
+        init_gen = torch.Generator().manual_seed(seed)  # nets are built on the CPU, then moved
+        self.actor = PolicyHead(self.obs_dim, action_space, config.hidden, config.log_std_init, init_gen)
+        self.critic = _orthogonal_init(mlp([self.obs_dim, *config.hidden, 1], nn.Tanh), 1.0, init_gen)
+        self.actor.to(self.device)
+        self.critic.to(self.device)
+        self.optimizer = adam([*self.actor.parameters(), *self.critic.parameters()], config.learning_rate, eps=1e-5)
+        self.generator = torch.Generator(self.device).manual_seed(seed + 1)
+        discrete = self.actor.discrete
+        self.buffer = RolloutBuffer(config.rollout_steps, config.num_envs, self.obs_dim,
+                                    () if discrete else tuple(action_space.shape),
+                                    torch.int64 if discrete else torch.float32, self.device)
+        self.iterations = 0
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        obs = obs.reshape(obs.shape[0], -1).to(self.device, torch.float32)
+        if deterministic:
+            return self.actor.env_action(obs)
+        action, _ = self.actor.sample(obs, self.generator)
+        return self.actor.env_action(obs, action)
+
+    def value(self, obs: Tensor) -> Tensor:
+        """V(obs): `[..., obs_dim]` -> `[...]`."""
+        return self.critic(obs).squeeze(-1)
+
+    @torch.no_grad()
+    def collect(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Fill the buffer with `rollout_steps` steps of `env`. Returns the next obs and the summed
+        returns and count of the episodes that ended (0-dim tensors, kept on device)."""
+        if env.num_envs != self.config.num_envs:
+            raise ValueError(f"env has {env.num_envs} envs but ppo.num_envs is {self.config.num_envs}")
+        buf, scale = self.buffer, self.config.reward_scale
+        ep_return_sum = torch.zeros((), device=self.device)
+        ep_count = torch.zeros((), device=self.device)
+        for t in range(self.config.rollout_steps):
+            obs = obs.reshape(obs.shape[0], -1).to(torch.float32)
+            action, log_prob = self.actor.sample(obs, self.generator)
+            value = self.value(obs)
+            next_obs, reward, terminated, truncated, info = env.step(self.actor.env_action(obs, action))
+            final_obs = info["final_obs"].reshape(obs.shape[0], -1)
+            buf.add(t, obs, action, log_prob, value, reward * scale, final_obs, terminated, truncated)
+            done = (terminated | truncated).float()
+            ep_return_sum += (info["episode_return"] * done).sum()
+            ep_count += done.sum()
+            obs = next_obs
+        return obs, ep_return_sum, ep_count
+
+    def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
+        cfg, buf = self.config, self.buffer
+        obs, ep_return_sum, ep_count = self.collect(env, obs)
+        with torch.no_grad():
+            next_values = self.value(buf.final_obs)
+            advantages, returns = compute_gae(buf.rewards, buf.values, next_values, buf.terminated,
+                                              buf.dones, cfg.gamma, cfg.gae_lambda)
+        flat = {
+            "obs": buf.obs.flatten(0, 1), "actions": buf.actions.flatten(0, 1),
+            "log_probs": buf.log_probs.flatten(), "values": buf.values.flatten(),
+            "advantages": advantages.flatten(), "returns": returns.flatten(),
+        }
+        totals: dict[str, Tensor] = {}
+        updates = 0
+        for _ in range(cfg.epochs):
+            for idx in buf.minibatches(cfg.num_minibatches, self.generator):
+                stats = self._update({k: v[idx] for k, v in flat.items()})
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                updates += 1
+            if cfg.target_kl is not None and (stats["approx_kl"] > cfg.target_kl).item():
+                break
+        self.iterations += 1
+        metrics = {k: float(v) / updates for k, v in totals.items()}
+        metrics["explained_variance"] = float(explained_variance(flat["values"], flat["returns"]))
+        metrics["updates"] = float(updates)
+        count = float(ep_count)
+        if count > 0:  # only when some episode ended in this rollout
+            metrics["episode_return"] = float(ep_return_sum) / count
+        return obs, cfg.batch_size, metrics
+
+    def _update(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One gradient step on a minibatch (dict of `[N, ...]` tensors); returns detached scalars."""
+        cfg = self.config
+        log_prob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["actions"])
+        advantages = mb["advantages"]
+        if cfg.normalize_advantages and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        pg_loss, clip_fraction, approx_kl = clipped_surrogate_loss(log_prob, mb["log_probs"], advantages,
+                                                                   cfg.clip_coef)
+        v_loss = value_loss(self.value(mb["obs"]), mb["values"], mb["returns"], cfg.clip_value)
+        entropy = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_([*self.actor.parameters(), *self.critic.parameters()], cfg.max_grad_norm)
+        self.optimizer.step()
+        return {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy.detach(),
+                "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "iterations": self.iterations}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_learning_rate(self.optimizer, self.config.learning_rate)  # this segment's rate wins
+        self.iterations = int(state["iterations"])
+
+
+register_algorithm(AlgorithmInfo(
+    name="ppo",
+    config_cls=PPOConfig,
+    factory=PPOAgent,
+    tunable=("learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
+             "reward_scale"),
+))

@@ -1,0 +1,143 @@
+"""`podracer`: train a tournament, show a store's leaderboard. A thin front over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """Something the user can fix; printed as one line, no traceback."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as e:
+        print(f"podracer: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("podracer: interrupted; the store keeps everything recorded so far", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="podracer", description="Population training of deep-RL agents on Dask.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser("train", help="run or resume a tournament", description=(
+        "Run a tournament from a TOML config, on an embedded LocalCluster or an existing Dask cluster. "
+        "Running it again on the same store resumes it."))
+    train.add_argument("config", help="TOML config file, e.g. workflows/configs/pendulum.toml")
+    train.add_argument("--store", metavar="PATH_OR_URL", help="Zarr store (default: the config's run.store)")
+    train.add_argument("--scheduler", metavar="ADDRESS",
+                       help="connect to this Dask scheduler instead of starting a LocalCluster")
+    train.add_argument("--budget", metavar="DURATION", help="wall-clock budget, e.g. 90s, 10m, 1h (overrides run.budget)")
+    train.add_argument("--json", metavar="SUMMARY", help="write a run summary as JSON to this file")
+    train.add_argument("--quiet", action="store_true", help="print only the final summary")
+    train.set_defaults(func=_train)
+
+    board = commands.add_parser("leaderboard", help="show the ranked leaderboard of a store",
+                                description="Print the leaderboard of a tournament store.")
+    board.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    board.add_argument("--json", action="store_true", help="print the entries as a JSON list")
+    board.add_argument("--top", type=int, default=0, help="show only the N best entries")
+    board.set_defaults(func=_leaderboard)
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    # Imports here, not at the top, so `podracer --help` answers without loading torch and dask.
+    from dask_podracer.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+        overrides = {k: v for k, v in {"store": args.store, "budget": args.budget}.items() if v is not None}
+        if overrides:
+            config = config.replace(**overrides)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    summary = _run(config, args.scheduler, quiet=args.quiet)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, {summary.segments_completed} segments "
+          f"({summary.segments_failed} failed), {summary.env_steps:,} env steps")
+    print(f"store: {summary.store}")
+    print(format_leaderboard(summary.leaderboard[:5]))
+    if summary.stop_reason == "failing":
+        print(f"podracer: error: segments keep failing; the last one: {summary.last_error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(config, scheduler: str | None, quiet: bool):
+    from dask_podracer.population import ClusterError, check_constructs, run_tournament
+    from dask_podracer.store import StoreError
+
+    try:
+        check_constructs(config)
+    except ValueError as e:
+        raise UserError(f"{config.source}: {e}") from None
+    printer = None if quiet else _print_progress
+    try:
+        if scheduler is None:
+            return run_tournament(config, on_progress=printer)
+        from distributed import Client
+        try:
+            client = Client(scheduler, timeout="10s")
+        except OSError as e:
+            raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+        with client:
+            return run_tournament(config, client, on_progress=printer)
+    except (StoreError, ClusterError) as e:
+        raise UserError(str(e)) from None
+
+
+def _print_progress(p) -> None:
+    rate = p.env_steps / p.wall_seconds if p.wall_seconds > 0 else 0.0
+    if p.result is not None:
+        entered = f"rank {p.rank + 1}" if p.rank is not None else "not ranked"
+        what = f"{p.result.key} score {p.result.score:9.1f} ({entered})"
+    else:
+        what = f"segment failed: {p.error}"
+    best = "-" if p.best_score is None else f"{p.best_score:.1f}"
+    print(f"[{p.wall_seconds:7.1f}s] {what} | best {best} | done {p.segments_completed} failed {p.segments_failed} "
+          f"| {p.env_steps:,} env steps, {rate:,.0f}/s", flush=True)
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
+    from dask_podracer.store import PodracerStore, StoreError
+
+    try:
+        entries = PodracerStore(args.store).read_leaderboard()
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    if args.top > 0:
+        entries = entries[: args.top]
+    if args.json:
+        print(json.dumps(entries, indent=2))
+    else:
+        print(format_leaderboard(entries))
+    return 0
+
+
+def format_leaderboard(entries: Sequence[dict[str, Any]]) -> str:
+    if not entries:
+        return "(the leaderboard is empty)"
+    lines = [f"{'rank':>4}  {'key':<17} {'score':>9} {'env steps':>10}  {'algorithm':<9} {'gen':>3}  parent"]
+    for i, e in enumerate(entries, 1):
+        lines.append(f"{i:>4}  {e['key']:<17} {e['score']:>9.1f} {e['env_steps']:>10,}  {e['algorithm']:<9} "
+                     f"{e.get('generation', 0):>3}  {e.get('parent') or '-'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""Run configuration: TOML -> frozen dataclasses, validated before anything is submitted.
+
+Every error is a `ConfigError` whose one-line message names the file and the
+field (`tournament.pool_size`, `hparams.actor_lr`, ...), so the CLI can print it
+and exit without a traceback and without creating or touching a store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dask_podracer.agents import algorithm_info, registered_algorithms
+from dask_podracer.envs import canonical_env_name, registered_envs
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    env: str
+    """Env name, e.g. "Pendulum-v1" (see `dask_podracer.envs.registered_envs()`)."""
+    algorithm: str
+    """Algorithm name, e.g. "sac" or "ppo"."""
+    name: str = "tournament"
+    """Name of the run; the default store is runs/<name>.zarr."""
+    store: str = ""
+    """Store path or URL; empty means runs/<name>.zarr in the current directory."""
+    budget: str = "5m"
+    """Wall-clock budget of one invocation, e.g. "90s", "10m", "1h30m"."""
+    target_return: float | None = None
+    """Stop as soon as a segment's evaluation return reaches this."""
+    max_segments: int = 0
+    """Stop after this many finished segments in one invocation; 0 means no limit."""
+    seed: int = 0
+    """Seeds the generator and every segment (segment i uses a seed derived from it)."""
+
+    def __post_init__(self) -> None:
+        _require(self.env in registered_envs(), "run.env", f"one of {registered_envs()}", self.env)
+        object.__setattr__(self, "env", canonical_env_name(self.env))
+        _require(self.algorithm in registered_algorithms(), "run.algorithm",
+                 f"one of {registered_algorithms()}", self.algorithm)
+        _require(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", self.name)), "run.name", "letters, digits, '_', '.', '-'",
+                 self.name)
+        parse_duration(self.budget, "run.budget")
+        _require(self.max_segments >= 0, "run.max_segments", ">= 0", self.max_segments)
+        if self.target_return is not None:
+            _require(math.isfinite(self.target_return), "run.target_return", "a finite number", self.target_return)
+
+    @property
+    def budget_seconds(self) -> float:
+        return parse_duration(self.budget, "run.budget")
+
+
+@dataclasses.dataclass(frozen=True)
+class TournamentConfig:
+    pool_size: int = 0
+    """Segments running at once; 0 means one per worker slot of the cluster."""
+    leaderboard_size: int = 8
+    """Entries the leaderboard keeps (K): a result enters if it beats the K-th."""
+    fresh_agents: int = 2
+    """Fresh agents started before the generator starts picking parents from the leaderboard."""
+    tournament_size: int = 2
+    """Entries drawn from the top of the board per pick; the best of them becomes the parent."""
+    select_from_top: int = 4
+    """Parents are drawn from this many best entries."""
+    perturb: tuple[str, ...] = ()
+    """Hyper-parameters multiplied by a random factor for each child (must be the algorithm's tunable ones)."""
+    perturb_factor: float = 1.25
+    """A perturbed value is multiplied by this or divided by it, with equal chance."""
+    retries: int = 0
+    """Times Dask re-runs a segment that raised before it is recorded as failed (a worker that dies
+    mid-segment is handled by Dask itself: the segment is rescheduled on another worker)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "perturb", tuple(self.perturb))
+        _require(self.pool_size >= 0, "tournament.pool_size", ">= 0", self.pool_size)
+        _require(self.leaderboard_size >= 1, "tournament.leaderboard_size", ">= 1", self.leaderboard_size)
+        _require(self.fresh_agents >= 1, "tournament.fresh_agents", ">= 1", self.fresh_agents)
+        _require(self.tournament_size >= 1, "tournament.tournament_size", ">= 1", self.tournament_size)
+        _require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
+        _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
+        _require(self.retries >= 0, "tournament.retries", ">= 0", self.retries)
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentConfig:
+    env_steps: int = 4000
+    """Env steps per segment (summed over envs); 0 means only `seconds` bounds it."""
+    seconds: float = 0.0
+    """Seconds per segment; 0 means only `env_steps` bounds it."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes after each segment, run as one batch."""
+    device: str = "auto"
+    """"auto" uses the worker's GPU if it has one, else the CPU; or a torch device such as "cpu"."""
+    torch_threads: int = 1
+    """CPU threads torch may use inside one segment."""
+
+    def __post_init__(self) -> None:
+        _require(self.env_steps >= 0, "segment.env_steps", ">= 0", self.env_steps)
+        _require(self.seconds >= 0, "segment.seconds", ">= 0", self.seconds)
+        _require(self.env_steps > 0 or self.seconds > 0, "segment.env_steps",
+                 "> 0 unless segment.seconds is set", self.env_steps)
+        _require(self.eval_episodes >= 1, "segment.eval_episodes", ">= 1", self.eval_episodes)
+        _require(self.device == "auto" or bool(re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device)),
+                 "segment.device", '"auto", "cpu", "cuda" or "cuda:N"', self.device)
+        _require(self.torch_threads >= 1, "segment.torch_threads", ">= 1", self.torch_threads)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    workers: int = 0
+    """Worker processes of the embedded LocalCluster; 0 means one per GPU, or one per CPU core without GPUs."""
+    threads_per_worker: int = 1
+    """Threads of each worker process (segments it runs at once is its slot count)."""
+    dashboard_address: str = "127.0.0.1:8787"
+    """Where the embedded cluster's dashboard listens."""
+
+    def __post_init__(self) -> None:
+        _require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
+        _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    run: RunConfig
+    tournament: TournamentConfig
+    segment: SegmentConfig
+    cluster: ClusterConfig
+    hparams: Mapping[str, Any]
+    """The algorithm's hyper-parameters, every field filled in (defaults included)."""
+    source: str = "<config>"
+    """Where the config came from, for messages."""
+
+    @property
+    def store_url(self) -> str:
+        return self.run.store or str(Path("runs") / f"{self.run.name}.zarr")
+
+    def replace(self, **sections: Any) -> Config:
+        """A copy with some run fields changed, e.g. `replace(store=..., budget="90s")`, re-validated."""
+        try:
+            return dataclasses.replace(self, run=dataclasses.replace(self.run, **sections))
+        except ValueError as e:
+            raise ConfigError(f"{self.source}: {e}") from None
+
+
+_SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig}
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {str(path)!r}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return config_from_dict(data, source=str(path), default_name=path.stem)
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_name: str = "tournament") -> Config:
+    """Validate a nested mapping (the parsed TOML) into a `Config`."""
+    try:
+        return _build(data, source, default_name)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
+    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams"})
+    if unknown:
+        raise ConfigError(f"unknown section {unknown[0]!r} (known: {', '.join([*_SECTIONS, 'hparams'])})")
+    sections = {}
+    for name, cls in _SECTIONS.items():
+        raw = data.get(name, {})
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{name} must be a table, got {type(raw).__name__}")
+        if name == "run":
+            raw = {"name": default_name, **raw}
+        sections[name] = _dataclass_from(cls, raw, name)
+    run = sections["run"]
+    info = algorithm_info(run.algorithm)
+    hparams_raw = data.get("hparams", {})
+    if not isinstance(hparams_raw, Mapping):
+        raise ConfigError(f"hparams must be a table, got {type(hparams_raw).__name__}")
+    hparams = dataclasses.asdict(_dataclass_from(info.config_cls, hparams_raw, "hparams"))
+    bad = [p for p in sections["tournament"].perturb if p not in info.tunable]
+    if bad:
+        raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of {run.algorithm} "
+                          f"(tunable: {', '.join(info.tunable)})")
+    return Config(**sections, hparams=hparams, source=source)
+
+
+def _dataclass_from(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(f"unknown key {prefix}.{key} (known: {', '.join(fields)})")
+    missing = [n for n, f in fields.items() if n not in raw and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing key {prefix}.{missing[0]}")
+    values = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        message = str(e)
+        raise ConfigError(message if message.startswith(prefix) else f"{prefix}.{message}") from None
+
+
+def _coerce(value: Any, hint: Any, field: str) -> Any:
+    """Check `value` against a type hint, allowing the conversions TOML needs (int -> float, list -> tuple)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        errors = []
+        for option in options:
+            try:
+                return _coerce(value, option, field)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0]  # the first option names what is expected ("a number", not "empty")
+    if hint is type(None):
+        if value is None:
+            return None
+        raise ConfigError(f"{field} must be empty, got {value!r}")
+    if origin is tuple:
+        (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{field} must be a list, got {_describe(value)}")
+        return tuple(_coerce(v, item, f"{field}[{i}]") for i, v in enumerate(value))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{field} must be {_TYPE_NAMES.get(hint, hint)}, got {_describe(value)}")
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _require(ok: bool, field: str, allowed: str, got: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{field} must be {allowed}, got {got!r}")
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(text: str | float | int, field: str = "duration") -> float:
+    """Seconds in "90s", "10m", "1h30m", "45" (plain seconds); a ConfigError otherwise."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        s = str(text).strip()
+        match = _DURATION.fullmatch(s)
+        if s and re.fullmatch(r"\d+(\.\d+)?", s):
+            seconds = float(s)
+        elif s and match and any(match.groups()):
+            h, m, sec = (float(g) if g else 0.0 for g in match.groups())
+            seconds = 3600 * h + 60 * m + sec
+        else:
+            raise ConfigError(f"{field} must be a duration such as 90s, 10m or 1h30m, got {text!r}")
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ConfigError(f"{field} must be a positive duration, got {text!r}")
+    return seconds

@@ -1,0 +1,67 @@
+"""Where segments run: the embedded LocalCluster, and what slots a cluster offers.
+
+A slot is what one segment needs: a `GPU` resource on a worker that owns a GPU,
+or a `CPU` resource on a worker without one. Workers of any other cluster
+(`--scheduler ADDRESS`) advertise them with `dask worker --resources "GPU=1"`;
+a cluster whose workers advertise neither is used one segment per thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import torch
+from distributed import Client, LocalCluster
+
+from dask_podracer.config import ClusterConfig
+
+GPU = "GPU"
+CPU = "CPU"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run segments (no workers, or none with the needed resources)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Slots:
+    resources: dict[str, float] | None
+    """What each segment asks for, e.g. {"GPU": 1}; None when workers advertise no resources."""
+    count: int
+    """Segments the cluster can run at once."""
+
+
+def embedded_cluster(config: ClusterConfig) -> LocalCluster:
+    """A LocalCluster of worker processes on 127.0.0.1: one per GPU, or one per core without GPUs."""
+    gpus = torch.cuda.device_count()
+    if gpus:
+        workers, resources = config.workers or gpus, {GPU: 1}
+    else:
+        workers, resources = config.workers or (os.cpu_count() or 1), {CPU: config.threads_per_worker}
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=config.threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        scheduler_port=0,
+        dashboard_address=config.dashboard_address,
+        resources=resources,
+        silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
+    )
+
+
+def cluster_slots(client: Client, wait_seconds: float = 60.0) -> Slots:
+    """The slots the cluster's workers offer now (waiting up to `wait_seconds` for a first worker)."""
+    try:
+        client.wait_for_workers(1, timeout=wait_seconds)
+    except TimeoutError:
+        raise ClusterError(f"no Dask worker joined the scheduler at {client.scheduler.address} "
+                           f"within {wait_seconds:.0f}s") from None
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    for name in (GPU, CPU):
+        total = sum(w.get("resources", {}).get(name, 0) for w in workers)
+        if total >= 1:
+            return Slots({name: 1}, int(total))
+    return Slots(None, sum(int(w.get("nthreads", 1)) for w in workers))

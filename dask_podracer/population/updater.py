@@ -1,0 +1,38 @@
+"""The updater: does a finished segment enter the leaderboard, and where?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dask_podracer.train import SegmentResult
+
+
+def leaderboard_entry(result: SegmentResult) -> dict[str, Any]:
+    return {
+        "key": result.key,
+        "score": result.score,
+        "env_steps": result.total_env_steps,
+        "algorithm": result.algorithm,
+        "env": result.env,
+        "parent": result.parent,
+        "generation": result.generation,
+        "hparams": result.hparams,
+    }
+
+
+def update_leaderboard(board: Sequence[Mapping[str, Any]], result: SegmentResult,
+                       size: int) -> tuple[list[dict[str, Any]], int | None]:
+    """The new ranked board and the rank (0 = best) the result got, or None if it did not enter.
+
+    A result enters if the board has room or it beats the K-th entry. A key that is
+    already on the board (Dask ran the segment twice) is not entered again.
+    """
+    entries = [dict(e) for e in board]
+    if any(e["key"] == result.key for e in entries):
+        return entries, None
+    if len(entries) >= size and result.score <= entries[size - 1]["score"]:
+        return entries[:size], None
+    rank = next((i for i, e in enumerate(entries) if result.score > e["score"]), len(entries))
+    entries.insert(rank, leaderboard_entry(result))
+    return entries[:size], rank

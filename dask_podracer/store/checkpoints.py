@@ -1,0 +1,161 @@
+"""Checkpoints: one Zarr group per key, one Zarr array per named tensor, published last.
+
+A checkpoint is written by the Dask worker that trained it, under a fresh key, while other
+workers write theirs and the orchestrator rewrites the leaderboard. Nothing here rewrites a file
+that another writer may touch: the parent groups exist since store creation, and zarr creates
+each node's ancestors with "set if not exists" (see ``_zarrio``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import zarr.api.asynchronous as za
+from zarr.abc.store import Store
+
+from ._zarrio import read_json, sync
+from .format import (
+    FORMAT_VERSION,
+    CheckpointNotFound,
+    ChecksumError,
+    StoreError,
+    checksum,
+    escape_name,
+    normalise_array,
+    to_json,
+)
+
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: the named arrays and the JSON metadata it was saved with."""
+
+    key: str
+    """The key it is stored under (``checkpoints/<key>``)."""
+    arrays: dict[str, np.ndarray]
+    """Flat names (e.g. ``"actor.net.0.weight"``) to arrays, exactly as saved."""
+    attrs: dict
+    """JSON metadata: algorithm, env, hyper-parameters, lineage, structure, ..."""
+
+
+def group_path(key: str) -> str:
+    return f"{CHECKPOINTS}/{key}"
+
+
+def _chunks(shape: tuple[int, ...]) -> tuple[int, ...]:
+    # one chunk per array; Zarr wants positive chunk lengths even for empty dimensions
+    return tuple(max(1, n) for n in shape)
+
+
+def prepare(arrays: Mapping[str, Any], attrs: Mapping[str, Any], key: str) -> tuple[dict[str, np.ndarray], Any]:
+    """Normalise arrays and attrs to exactly what a load returns, so the checksum matches."""
+    if not isinstance(arrays, Mapping):
+        raise TypeError(f"arrays of checkpoint {key!r} must be a mapping of names to arrays")
+    ready = {name: normalise_array(name, value) for name, value in arrays.items()}
+    for name in ready:
+        escape_name(name)  # refuse empty or over-long names before anything is written
+    json_attrs = to_json(dict(attrs), f"attrs of checkpoint {key!r}")
+    return ready, json_attrs
+
+
+def write_arrays(store: Store, key: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Create ``checkpoints/<key>`` afresh (discarding any unpublished leftover) and write every
+    array into it, without publishing. Returns once every chunk file is written."""
+
+    async def write_all() -> None:
+        path = group_path(key)
+        await za.open_group(store=store, path=path, mode="w", zarr_format=3, attributes={}, use_consolidated=False)
+
+        async def write_one(name: str, arr: np.ndarray) -> None:
+            node = await za.create_array(
+                store=store,
+                name=f"{path}/{escape_name(name)}",
+                shape=arr.shape,
+                dtype=arr.dtype,
+                chunks=_chunks(arr.shape),
+                compressors=None,  # tensors of weights barely compress; speed matters more
+                zarr_format=3,
+                config={"write_empty_chunks": True},  # every chunk on disk, even all-zero ones
+            )
+            if arr.size:
+                await node.setitem(..., arr)
+
+        await asyncio.gather(*(write_one(n, a) for n, a in arrays.items()))
+
+    sync(write_all())
+
+
+def publish(store: Store, key: str, names: list[str], attrs: Any, digest: str) -> None:
+    """Make a written checkpoint visible: one atomic rewrite of its group's ``zarr.json``."""
+    doc = {
+        "complete": True,
+        "checksum": digest,
+        "saved_at": datetime.now(timezone.utc).isoformat(),
+        "format_version": FORMAT_VERSION,
+        "arrays": sorted(names),
+        "attrs": attrs,
+    }
+
+    async def write() -> None:
+        group = await za.open_group(store=store, path=group_path(key), mode="r+", zarr_format=3, use_consolidated=False)
+        await group.update_attributes(doc)
+
+    sync(write())
+
+
+def published_doc(store: Store, key: str, where: str) -> dict[str, Any] | None:
+    """The attributes of a published checkpoint, None if absent or unpublished."""
+    meta = read_json(store, f"{group_path(key)}/zarr.json", where)
+    return publication(meta, key, where)
+
+
+def publication(meta: dict[str, Any] | None, key: str, where: str) -> dict[str, Any] | None:
+    """From a checkpoint group's ``zarr.json`` document: its attributes if published, else None."""
+    if meta is None or meta.get("node_type") != "group":
+        return None
+    attrs = meta.get("attributes") or {}
+    if attrs.get("complete") is not True:
+        return None
+    version = attrs.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreError(
+            f"checkpoint '{key}' in store '{where}' has format_version {version!r}, "
+            f"this dask_podracer reads up to {FORMAT_VERSION}"
+        )
+    return attrs
+
+
+def read_checkpoint(store: Store, key: str, where: str) -> Checkpoint:
+    """Load a published checkpoint and verify its checksum."""
+    doc = published_doc(store, key, where)
+    if doc is None:
+        raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{where}'")
+    names = list(doc["arrays"])
+
+    async def read_all() -> list[np.ndarray]:
+        async def read_one(name: str) -> np.ndarray:
+            path = f"{group_path(key)}/{escape_name(name)}"
+            try:
+                node = await za.open_array(store=store, path=path, mode="r", zarr_format=3)
+                return np.asarray(await node.getitem(...)) if node.size else np.empty(node.shape, node.dtype)
+            except FileNotFoundError:  # zarr 3.1's ArrayNotFoundError subclasses it
+                raise ChecksumError(f"checkpoint '{key}' in store '{where}' lacks array '{name}'") from None
+            except ValueError as e:  # a truncated chunk or garbled array metadata fails to decode
+                reason = " ".join(str(e).split())  # one line, whatever zarr or numpy said
+                msg = f"checkpoint '{key}' in store '{where}': array '{name}' is unreadable ({reason})"
+                raise ChecksumError(msg) from None
+
+        return await asyncio.gather(*(read_one(n) for n in names))
+
+    arrays = dict(zip(names, sync(read_all()), strict=True))
+    attrs = doc["attrs"]
+    if checksum(arrays, attrs) != doc["checksum"]:
+        raise ChecksumError(f"checkpoint '{key}' in store '{where}' does not match its checksum {doc['checksum']}")
+    return Checkpoint(key=key, arrays=arrays, attrs=attrs)

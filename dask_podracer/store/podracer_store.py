@@ -1,0 +1,194 @@
+"""``PodracerStore``: the one object the rest of dask_podracer uses to reach the Zarr store."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.errors import ContainsGroupError
+
+from . import checkpoints as ck
+from . import tables
+from ._zarrio import list_children, local_path, open_zarr_store, read_json, read_jsons, resolve_url
+from .format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    CheckpointNotFound,
+    StoreError,
+    checksum,
+    validate_key,
+)
+
+log = logging.getLogger(__name__)
+
+CHILD_GROUPS = (ck.CHECKPOINTS, tables.LEADERBOARD, tables.HISTORY, tables.RUN)
+
+
+def _check_root(meta: dict[str, Any], url: str) -> None:
+    """Refuse a root ``zarr.json`` that is not a podracer store this code can read."""
+    attrs = meta.get("attributes") or {}
+    if meta.get("node_type") != "group" or attrs.get("format") != FORMAT_NAME:
+        raise StoreError(
+            f"'{url}' is a Zarr {meta.get('node_type', 'node')} but not a podracer store "
+            f"(attribute 'format' is {attrs.get('format')!r}, expected {FORMAT_NAME!r})"
+        )
+    version = attrs.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreError(
+            f"podracer store at '{url}' has format_version {version!r}, newer than "
+            f"format_version {FORMAT_VERSION} that this dask_podracer reads; upgrade dask_podracer"
+        )
+
+
+class PodracerStore:
+    """Checkpoints, leaderboard, history and run state of one tournament, in one Zarr store.
+
+    Cheap to construct: holds a URL and a zarr Store, no open files. Pickles as its URL, so it can
+    be sent to a Dask worker, and ``PodracerStore(store.url)`` in another process opens the same store.
+    """
+
+    def __init__(self, url: str | os.PathLike[str], *, create: bool = False) -> None:
+        self._url = resolve_url(url)
+        path = local_path(self._url)
+        if path is not None and path.exists() and not path.is_dir():
+            raise StoreError(f"'{self._url}' is a file, not a podracer store")
+        if path is not None and not path.exists() and not create:
+            raise StoreError(f"no podracer store at '{self._url}'")  # checked first: opening would mkdir it
+        self._store = open_zarr_store(self._url)
+        root = read_json(self._store, "zarr.json", self._url)
+        if root is None:
+            if list_children(self._store, ""):
+                raise StoreError(f"'{self._url}' is not empty and holds no Zarr group: not a podracer store")
+            if not create:
+                raise StoreError(f"no podracer store at '{self._url}'")
+            self._create()
+        else:
+            _check_root(root, self._url)
+            if create:  # complete a creation that was interrupted after the root was written
+                self._create_children()
+
+    def _create(self) -> None:
+        # the root (our ownership mark) first, then the children: a crash between them leaves a
+        # store that ``create=True`` completes, never an unmarked directory we would later refuse
+        attrs = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}
+        try:
+            zarr.create_group(store=self._store, zarr_format=3, attributes=attrs)
+        except ContainsGroupError:  # another process created it at the same moment
+            _check_root(read_json(self._store, "zarr.json", self._url) or {}, self._url)
+        self._create_children()
+
+    def _create_children(self) -> None:
+        # created once here, so workers adding checkpoints/<key> never need to write shared metadata
+        for name in CHILD_GROUPS:
+            zarr.open_group(store=self._store, path=name, mode="a", zarr_format=3, use_consolidated=False)
+
+    @property
+    def url(self) -> str:
+        """Where the store is: an absolute path for local stores, else the URL as given."""
+        return self._url
+
+    @staticmethod
+    def exists(url: str | os.PathLike[str]) -> bool:
+        """Whether a podracer store (of any format version) is at ``url``. Creates nothing."""
+        resolved = resolve_url(url)
+        path = local_path(resolved)
+        if path is not None and not path.is_dir():
+            return False
+        try:
+            root = read_json(open_zarr_store(resolved, read_only=True), "zarr.json", resolved)
+        except (StoreError, FileNotFoundError):
+            return False
+        return root is not None and (root.get("attributes") or {}).get("format") == FORMAT_NAME
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (PodracerStore, (self._url,))
+
+    def __repr__(self) -> str:
+        return f"PodracerStore({self._url!r})"
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, key: str, arrays: Mapping[str, np.ndarray], attrs: Mapping) -> str:
+        """Write a checkpoint under a fresh ``key`` and publish it; return its sha256 checksum (hex).
+
+        Arrays first, then one atomic metadata write that sets ``complete``: readers see all or
+        nothing. A leftover unpublished group under ``key`` (a crashed writer) is replaced; a
+        published one is never overwritten (StoreError): checkpoints are immutable.
+        """
+        validate_key(key)
+        ready, json_attrs = ck.prepare(arrays, attrs, key)
+        if self.has_checkpoint(key):
+            raise StoreError(
+                f"checkpoint '{key}' already exists in store '{self._url}'; checkpoints are immutable, use a fresh key"
+            )
+        digest = checksum(ready, json_attrs)
+        ck.write_arrays(self._store, key, ready)
+        ck.publish(self._store, key, list(ready), json_attrs, digest)
+        return digest
+
+    def _write_arrays(self, key: str, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write a checkpoint's arrays without publishing it: what a crash mid-save leaves. For tests."""
+        ready, _ = ck.prepare(arrays, {}, validate_key(key))
+        ck.write_arrays(self._store, key, ready)
+
+    def load_checkpoint(self, key: str) -> ck.Checkpoint:
+        """Load a published checkpoint; ChecksumError if its data changed since it was saved."""
+        return ck.read_checkpoint(self._store, validate_key(key), self._url)
+
+    def has_checkpoint(self, key: str) -> bool:
+        """Whether ``key`` names a published checkpoint."""
+        return ck.published_doc(self._store, validate_key(key), self._url) is not None
+
+    def checkpoint_keys(self) -> list[str]:
+        """Keys of all published checkpoints, sorted. Unpublished and unreadable ones are skipped."""
+        keys = []
+        for name in list_children(self._store, ck.CHECKPOINTS):
+            try:
+                keys.append(validate_key(name))
+            except ValueError:  # zarr.json, transient *.partial files of concurrent writers
+                continue
+        docs = read_jsons(self._store, [f"{ck.group_path(k)}/zarr.json" for k in keys], self._url)
+        found = []
+        for key, doc in zip(keys, docs, strict=True):
+            if isinstance(doc, StoreError):
+                log.warning("skipping checkpoint %r: %s", key, doc)
+            elif doc is not None and (doc.get("attributes") or {}).get("complete") is True:
+                found.append(key)
+        return sorted(found)
+
+    def checkpoint_attrs(self, key: str) -> dict:
+        """The JSON attrs a checkpoint was saved with, without reading its arrays."""
+        doc = ck.published_doc(self._store, validate_key(key), self._url)
+        if doc is None:
+            raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{self._url}'")
+        return doc["attrs"]
+
+    # -- leaderboard, history, run state (one writer: the orchestrator) --------------------------
+
+    def read_leaderboard(self) -> list[dict]:
+        """The ranked entries as last written; [] if never written."""
+        return tables.read_leaderboard(self._store, self._url)
+
+    def write_leaderboard(self, entries: Sequence[Mapping]) -> None:
+        """Replace the whole table in one atomic write."""
+        tables.write_leaderboard(self._store, entries, self._url)
+
+    def append_history(self, record: Mapping) -> None:
+        """Append one record (a finished or failed segment)."""
+        tables.append_history(self._store, record, self._url)
+
+    def read_history(self) -> list[dict]:
+        """Every record in append order."""
+        return tables.read_history(self._store, self._url)
+
+    def read_run_state(self) -> dict:
+        """The orchestrator's state as last written; {} if never written."""
+        return tables.read_run_state(self._store, self._url)
+
+    def write_run_state(self, state: Mapping) -> None:
+        """Replace the run state in one atomic write."""
+        tables.write_run_state(self._store, state, self._url)

@@ -1,0 +1,92 @@
+"""Leaderboard, history and run state: small JSON documents with one writer, the orchestrator.
+
+Each lives in Zarr group attributes, so each write is one atomic file replacement (see
+``_zarrio``) and a reader never sees half a table. History grows with every segment, so it is
+cut into blocks of ``HISTORY_BLOCK`` records, one child group each: an append rewrites at most
+one small block, never the whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import zarr
+from zarr.abc.store import Store
+
+from ._zarrio import list_children, read_json, read_jsons
+from .format import StoreError, to_json
+
+LEADERBOARD = "leaderboard"
+HISTORY = "history"
+RUN = "run"
+HISTORY_BLOCK = 100
+"""Records per history block: an append rewrites at most this many records."""
+
+
+def read_attr(store: Store, path: str, name: str, default: Any, where: str) -> Any:
+    """Attribute ``name`` of the group at ``path``, or ``default`` if the group or attribute is absent."""
+    meta = read_json(store, f"{path}/zarr.json", where)
+    if meta is None:
+        return default
+    return (meta.get("attributes") or {}).get(name, default)
+
+
+def write_attrs(store: Store, path: str, attrs: dict[str, Any]) -> None:
+    """Replace all attributes of the group at ``path`` (creating it if absent) in one file write."""
+    group = zarr.open_group(store=store, path=path, mode="a", zarr_format=3, use_consolidated=False)
+    group.attrs.put(attrs)  # clears, then writes zarr.json once: removed keys disappear too
+
+
+def read_leaderboard(store: Store, where: str) -> list[dict]:
+    return list(read_attr(store, LEADERBOARD, "entries", [], where))
+
+
+def write_leaderboard(store: Store, entries: Sequence[Mapping], where: str) -> None:
+    if isinstance(entries, Mapping | str) or not all(isinstance(e, Mapping) for e in entries):
+        raise TypeError(f"leaderboard of store '{where}' must be a sequence of mappings")
+    write_attrs(store, LEADERBOARD, {"entries": to_json([dict(e) for e in entries], "leaderboard entries")})
+
+
+def read_run_state(store: Store, where: str) -> dict:
+    return dict(read_attr(store, RUN, "state", {}, where))
+
+
+def write_run_state(store: Store, state: Mapping, where: str) -> None:
+    write_attrs(store, RUN, {"state": to_json(dict(state), "run state")})
+
+
+def _blocks(store: Store) -> list[int]:
+    # the listing also holds zarr.json and transient *.partial files: keep block directories only
+    return sorted(int(name) for name in list_children(store, HISTORY) if name.isdigit())
+
+
+def _block_path(index: int) -> str:
+    return f"{HISTORY}/{index:08d}"
+
+
+def append_history(store: Store, record: Mapping, where: str) -> None:
+    record = to_json(dict(record), "history record")
+    blocks = _blocks(store)
+    if blocks:
+        last = blocks[-1]
+        records = list(read_attr(store, _block_path(last), "records", [], where))
+        if len(records) < HISTORY_BLOCK:
+            write_attrs(store, _block_path(last), {"records": [*records, record]})
+            return
+        index = last + 1
+    else:
+        index = 0
+    write_attrs(store, _block_path(index), {"records": [record]})
+
+
+def read_history(store: Store, where: str) -> list[dict]:
+    blocks = _blocks(store)
+    docs = read_jsons(store, [f"{_block_path(i)}/zarr.json" for i in blocks], where)
+    records: list[dict] = []
+    for index, doc in zip(blocks, docs, strict=True):
+        if isinstance(doc, StoreError):
+            raise doc
+        if doc is not None:  # a block directory whose metadata is not written yet holds nothing
+            records.extend((doc.get("attributes") or {}).get("records", []))
+    return records

@@ -1,0 +1,23 @@
+"""Vectorised evaluation: one episode in each of N envs, stepped as one batch."""
+
+from __future__ import annotations
+
+import torch
+
+from dask_podracer.agents.base import Agent
+from dask_podracer.envs import VecEnv
+
+
+@torch.no_grad()
+def evaluate(agent: Agent, env: VecEnv, seed: int) -> float:
+    """Mean return of the first episode of every env in `env`, acting deterministically."""
+    obs, _ = env.reset(seed=seed)
+    returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+    running = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
+    for _ in range(env.max_episode_steps):
+        obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
+        returns += reward.double() * running
+        running &= ~(terminated | truncated)
+        if not bool(running.any()):
+            break
+    return float(returns.mean())

@@ -1,0 +1,105 @@
+"""One training segment: load (or start) an agent, train it on a budget, evaluate, save.
+
+`run_segment` is a plain function of plain data. It knows nothing of Dask, so a
+segment runs the same in a test, in a notebook, or as a task on a worker.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from dask_podracer.agents import Agent, algorithm_info, make_agent
+from dask_podracer.envs import make_vec_env
+from dask_podracer.store import PodracerStore
+from dask_podracer.train.evaluate import evaluate
+from dask_podracer.train.spec import SegmentResult, SegmentSpec
+from dask_podracer.train.state import flatten_state, unflatten_state
+
+
+class SegmentError(RuntimeError):
+    """The segment ran but its outcome must not enter the leaderboard (e.g. a NaN score)."""
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def run_segment(spec: SegmentSpec) -> SegmentResult:
+    """Train `spec.algorithm` on `spec.env` from `spec.parent` (or fresh) and save under `spec.key`."""
+    torch.set_num_threads(max(1, spec.torch_threads))
+    device = resolve_device(spec.device)
+    torch.manual_seed(spec.seed)
+    store = PodracerStore(spec.store_url)
+
+    hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
+    env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=spec.seed)
+    agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, spec.hparams, device)
+    lineage_steps = 0
+    if spec.parent is not None:
+        lineage_steps = _load_parent(agent, store, spec, device)
+
+    started = time.perf_counter()
+    obs, _ = env.reset(seed=spec.seed)
+    steps, metrics = 0, {}
+    while not _budget_spent(spec, steps, time.perf_counter() - started):
+        obs, n, iteration_metrics = agent.train_iteration(env, obs)
+        steps += n
+        metrics = iteration_metrics or metrics
+    train_seconds = time.perf_counter() - started
+
+    eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed)
+    score = evaluate(agent, eval_env, seed=spec.eval_seed)
+    eval_seconds = time.perf_counter() - started - train_seconds
+    bad = [k for k, v in {"score": score, **metrics}.items() if not math.isfinite(v)]
+    if bad:
+        raise SegmentError(f"segment {spec.key}: non-finite {', '.join(bad)}; checkpoint not saved")
+
+    result = SegmentResult(
+        key=spec.key, parent=spec.parent, algorithm=spec.algorithm, env=spec.env, hparams=dict(spec.hparams),
+        score=score, env_steps=steps, total_env_steps=lineage_steps + steps, train_seconds=train_seconds,
+        eval_seconds=eval_seconds, generation=spec.generation, device=str(device), metrics=metrics,
+    )
+    save_agent(store, spec.key, agent, result, seed=spec.seed)
+    return result
+
+
+def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResult, seed: int) -> None:
+    arrays, skeleton = flatten_state(agent.state_dict())
+    attrs = {
+        "algorithm": result.algorithm, "env": result.env, "hparams": result.hparams,
+        "parent": result.parent, "generation": result.generation, "seed": seed,
+        "score": result.score, "env_steps": result.total_env_steps, "segment_env_steps": result.env_steps,
+        "metrics": result.metrics, "structure": skeleton,
+    }
+    store.save_checkpoint(key, arrays, attrs)
+
+
+def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu",
+               hparams: dict | None = None) -> Agent:
+    """Rebuild the agent saved under `key` (with its own hyper-parameters unless `hparams` is given)."""
+    checkpoint = store.load_checkpoint(key)
+    attrs = checkpoint.attrs
+    env = make_vec_env(attrs["env"], 1, device=device)
+    agent = make_agent(attrs["algorithm"], env.single_observation_space, env.single_action_space,
+                       attrs["hparams"] if hparams is None else hparams, device)
+    agent.load_state_dict(unflatten_state(attrs["structure"], checkpoint.arrays, device))
+    return agent
+
+
+def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: torch.device) -> int:
+    checkpoint = store.load_checkpoint(spec.parent)
+    attrs = checkpoint.attrs
+    if attrs["algorithm"] != spec.algorithm or attrs["env"] != spec.env:
+        raise SegmentError(f"segment {spec.key}: parent {spec.parent} is {attrs['algorithm']} on {attrs['env']}, "
+                           f"not {spec.algorithm} on {spec.env}")
+    agent.load_state_dict(unflatten_state(attrs["structure"], checkpoint.arrays, device))
+    return int(attrs["env_steps"])
+
+
+def _budget_spent(spec: SegmentSpec, steps: int, seconds: float) -> bool:
+    return (spec.env_steps > 0 and steps >= spec.env_steps) or (spec.seconds > 0 and seconds >= spec.seconds)

@@ -1,0 +1,70 @@
+"""The plain data a training segment is given and gives back: small, picklable, no tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentSpec:
+    """Everything one segment needs; a segment is a pure function of this."""
+
+    key: str
+    """Checkpoint key this segment writes (fresh for every segment)."""
+    store_url: str
+    """Where checkpoints live; the worker reads its parent and writes its result there."""
+    env: str
+    """Env name for `make_vec_env`."""
+    algorithm: str
+    """Algorithm name, e.g. "sac" or "ppo"."""
+    hparams: dict[str, Any]
+    """The algorithm's hyper-parameters for this segment (they win over the parent's)."""
+    parent: str | None = None
+    """Checkpoint key to start from; None starts a fresh agent."""
+    seed: int = 0
+    """Seeds networks, exploration and the training env."""
+    env_steps: int = 10_000
+    """Train until this many env steps (summed over envs); 0 means no step limit."""
+    seconds: float = 0.0
+    """Train until this many seconds have passed; 0 means no time limit."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes, run as one batch of envs."""
+    eval_seed: int = 1_000_003
+    """Seed of the evaluation env, the same for every segment so scores compare."""
+    device: str = "auto"
+    """"auto" (the GPU if there is one, else the CPU), or a torch device string."""
+    torch_threads: int = 1
+    """CPU threads torch may use in this segment (one per Dask worker slot)."""
+    generation: int = 0
+    """Number of segments in this agent's lineage before this one."""
+
+    def __post_init__(self) -> None:
+        if self.env_steps <= 0 and self.seconds <= 0:
+            raise ValueError("a segment needs a budget: env_steps > 0 or seconds > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentResult:
+    """What a finished segment reports; the checkpoint itself stays in the store."""
+
+    key: str
+    parent: str | None
+    algorithm: str
+    env: str
+    hparams: dict[str, Any]
+    score: float
+    """Mean return of the evaluation episodes."""
+    env_steps: int
+    """Env steps this segment trained for."""
+    total_env_steps: int
+    """Env steps of the whole lineage, parent's included."""
+    train_seconds: float
+    eval_seconds: float
+    generation: int
+    device: str
+    metrics: dict[str, float]
+    """The learner's last metrics (losses, entropy, ...)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,91 @@
+"""Configs: the shipped one loads; bad ones are refused with one line naming the field, before any store exists."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dask_podracer.config import ConfigError, config_from_dict, load_config, parse_duration
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "workflows" / "configs" / "pendulum.toml"
+GOOD = {"run": {"env": "Pendulum-v1", "algorithm": "sac"}}
+
+
+def test_shipped_config_loads_with_every_hparam_filled_in():
+    config = load_config(SHIPPED)
+    assert config.run.env == "Pendulum-v1" and config.run.algorithm == "sac"
+    assert config.run.target_return == -200.0 and config.run.budget_seconds == 300
+    assert config.hparams["hidden"] == (64, 64) and config.hparams["gamma"] == 0.99
+    assert config.store_url == "runs/pendulum.zarr"
+
+
+def test_defaults_and_aliases():
+    config = config_from_dict({"run": {"env": "Pendulum", "algorithm": "ppo"}}, default_name="mine")
+    assert config.run.env == "Pendulum-v1"  # checkpoints record the canonical name
+    assert config.store_url == "runs/mine.zarr" and config.run.target_return is None
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"run": {"env": "Pendulum-v1", "algorithm": "sac", "colour": 1}}, "unknown key run.colour"),
+    ({**GOOD, "tournamnet": {}}, "unknown section 'tournamnet'"),
+    ({"run": {"env": "Pendulum-v9", "algorithm": "sac"}}, "run.env must be one of"),
+    ({"run": {"env": "Pendulum-v1", "algorithm": "dqn9"}}, "run.algorithm must be one of"),
+    ({"run": {"algorithm": "sac"}}, "missing key run.env"),
+    ({**GOOD, "tournament": {"pool_size": "two"}}, "tournament.pool_size must be an integer, got str 'two'"),
+    ({**GOOD, "tournament": {"leaderboard_size": 0}}, "tournament.leaderboard_size must be >= 1, got 0"),
+    ({**GOOD, "tournament": {"perturb": ["hidden"]}}, "tournament.perturb: 'hidden' is not a tunable"),
+    ({**GOOD, "segment": {"env_steps": 1.5}}, "segment.env_steps must be an integer"),
+    ({**GOOD, "segment": {"device": "gpu"}}, "segment.device must be"),
+    ({**GOOD, "segment": {"env_steps": 0}}, "segment.env_steps must be > 0 unless segment.seconds is set"),
+    ({**GOOD, "hparams": {"gamma": 1.5}}, "hparams.gamma must be in [0, 1], got 1.5"),
+    ({**GOOD, "hparams": {"actor_lr": "fast"}}, "hparams.actor_lr must be a number, got str 'fast'"),
+    ({**GOOD, "hparams": {"hidden": [64, "x"]}}, r"hparams.hidden\[1\] must be an integer"),
+    ({**GOOD, "hparams": {"lerning_rate": 1e-3}}, "unknown key hparams.lerning_rate"),
+    ({"run": {**GOOD["run"], "budget": "soon"}}, "run.budget must be a duration"),
+    ({"run": {**GOOD["run"], "target_return": True}}, "run.target_return must be a number"),
+    ({"run": "sac"}, "run must be a table"),
+])
+def test_bad_configs_name_the_field(data, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")
+                       if "\\" not in message else message):
+        config_from_dict(data, source="x.toml")
+
+
+def test_durations():
+    assert parse_duration("90s") == 90 and parse_duration("10m") == 600 and parse_duration("1h30m") == 5400
+    assert parse_duration("45") == 45 and parse_duration(2.5) == 2.5
+    for bad in ("", "10 minutes", "0s", "-5", "m"):
+        with pytest.raises(ConfigError):
+            parse_duration(bad)
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "dask_podracer.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nbogus = 1\n', "unknown key run.bogus"),
+    ('[run]\nenv = "CartPole-v9"\nalgorithm = "sac"\n', "run.env must be one of"),
+    ('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\n[hparams]\nbatch_size = -1\n', "hparams.batch_size must be"),
+    ('[run\nenv = ', "not valid TOML"),
+])
+def test_cli_refuses_bad_configs_in_one_line_and_touches_no_store(tmp_path, toml, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    store = tmp_path / "store.zarr"
+    result = _cli("train", str(config), "--store", str(store), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr and "bad.toml" in result.stderr
+    assert not store.exists() and not (tmp_path / "runs").exists()
+
+
+def test_cli_refuses_a_bad_budget_and_a_missing_config(tmp_path):
+    result = _cli("train", str(SHIPPED), "--budget", "forever", "--store", str(tmp_path / "s.zarr"), cwd=tmp_path)
+    assert result.returncode == 2 and "run.budget must be a duration" in result.stderr
+    result = _cli("train", str(tmp_path / "nope.toml"), cwd=tmp_path)
+    assert result.returncode == 2 and "cannot read config" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
