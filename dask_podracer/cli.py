@@ -79,7 +79,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run(config, scheduler: str | None, quiet: bool):
-    from dask_podracer.population import ClusterError, check_constructs, run_tournament
+    from dask_podracer.population import ClusterError, check_constructs, embedded_cluster, run_tournament
     from dask_podracer.store import StoreError
 
     try:
@@ -87,18 +87,28 @@ def _run(config, scheduler: str | None, quiet: bool):
     except ValueError as e:
         raise UserError(f"{config.source}: {e}") from None
     printer = None if quiet else _print_progress
+    from distributed import Client
+
     try:
         if scheduler is None:
-            return run_tournament(config, on_progress=printer)
-        from distributed import Client
+            with embedded_cluster(config.cluster) as cluster, Client(cluster) as client:
+                _say(quiet, f"embedded LocalCluster: {len(cluster.workers)} workers, "
+                            f"dashboard {client.dashboard_link}")
+                return run_tournament(config, client, on_progress=printer)
         try:
             client = Client(scheduler, timeout="10s")
         except OSError as e:
             raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
         with client:
+            _say(quiet, f"cluster at {scheduler}: dashboard {client.dashboard_link}")
             return run_tournament(config, client, on_progress=printer)
     except (StoreError, ClusterError) as e:
         raise UserError(str(e)) from None
+
+
+def _say(quiet: bool, line: str) -> None:
+    if not quiet:
+        print(line, flush=True)
 
 
 def _print_progress(p) -> None:

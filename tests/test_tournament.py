@@ -111,3 +111,29 @@ def test_cli_trains_on_an_embedded_cluster_and_shows_the_leaderboard(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "leaderboard", str(tmp_path / "nope.zarr")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no podracer store" in missing.stderr and "Traceback" not in missing.stderr
+
+
+TINY_TOML = ('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nbudget = "2m"\nmax_segments = 2\n'
+             '[segment]\nenv_steps = 150\neval_episodes = 2\n'
+             '[hparams]\nhidden = [16, 16]\nnum_envs = 2\nlearning_starts = 50\nbatch_size = 32\n')
+
+
+def test_cli_runs_on_an_existing_cluster_given_its_address(client, tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TOML)
+    store = tmp_path / "remote.zarr"
+    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store", str(store),
+                          "--scheduler", client.scheduler.address], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert f"cluster at {client.scheduler.address}" in run.stdout and "stopped: max_segments" in run.stdout
+    assert len(PodracerStore(store).read_history()) == 2
+
+
+def test_cli_says_clearly_when_the_scheduler_cannot_be_reached(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TOML)
+    store = tmp_path / "never.zarr"
+    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store", str(store),
+                          "--scheduler", "tcp://127.0.0.1:9"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in run.stderr
+    assert "Traceback" not in run.stderr and not store.exists()
