@@ -51,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--json", action="store_true", help="print the entries as a JSON list")
     board.add_argument("--top", type=int, default=0, help="show only the N best entries")
     board.set_defaults(func=_leaderboard)
+
+    lineage = commands.add_parser("lineage", help="print a checkpoint's family tree",
+                                  description="Print the ancestors of KEY from the first segment of its lineage, "
+                                              "then all its descendants, with the hyper-parameters each changed.")
+    lineage.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    lineage.add_argument("key", metavar="KEY", help="a checkpoint key, e.g. from `podracer leaderboard`")
+    lineage.set_defaults(func=_lineage)
     return parser
 
 
@@ -136,6 +143,18 @@ def _leaderboard(args: argparse.Namespace) -> int:
         print(json.dumps(entries, indent=2))
     else:
         print(format_leaderboard(entries))
+    return 0
+
+
+def _lineage(args: argparse.Namespace) -> int:
+    from dask_podracer.lineage import family_tree
+    from dask_podracer.store import PodracerStore, StoreError
+
+    try:
+        history = PodracerStore(args.store).read_history()
+        print(family_tree(history, args.key))
+    except (StoreError, KeyError) as e:
+        raise UserError(str(e).strip('"')) from None
     return 0
 
 

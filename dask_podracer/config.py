@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import re
 import tomllib
 import types
@@ -19,6 +20,7 @@ from typing import Any
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
 from dask_podracer.envs import canonical_env_name, registered_envs
+from dask_podracer.search import Prior, parse_prior, sample_hparams
 
 
 class ConfigError(ValueError):
@@ -29,8 +31,8 @@ class ConfigError(ValueError):
 class RunConfig:
     env: str
     """Env name, e.g. "Pendulum-v1" (see `dask_podracer.envs.registered_envs()`)."""
-    algorithm: str
-    """Algorithm name, e.g. "sac" or "ppo"."""
+    algorithm: str | None = None
+    """Algorithm name, e.g. "sac" or "ppo"; omit it when the config declares [[groups]]."""
     name: str = "tournament"
     """Name of the run; the default store is runs/<name>.zarr."""
     store: str = ""
@@ -47,8 +49,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         _require(self.env in registered_envs(), "run.env", f"one of {registered_envs()}", self.env)
         object.__setattr__(self, "env", canonical_env_name(self.env))
-        _require(self.algorithm in registered_algorithms(), "run.algorithm",
-                 f"one of {registered_algorithms()}", self.algorithm)
+        if self.algorithm is not None:
+            _require(self.algorithm in registered_algorithms(), "run.algorithm",
+                     f"one of {registered_algorithms()}", self.algorithm)
         _require(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", self.name)), "run.name", "letters, digits, '_', '.', '-'",
                  self.name)
         parse_duration(self.budget, "run.budget")
@@ -63,33 +66,77 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TournamentConfig:
+    strategy: str = "tournament"
+    """How agents exploit the leaderboard: tournament, pbt (truncation), generational or random (search)."""
     pool_size: int = 0
-    """Segments running at once; 0 means one per worker slot of the cluster."""
+    """Agents training at once; 0 follows the cluster's slots as it grows and shrinks."""
+    pending: int = 0
+    """Segments kept waiting beyond the free slots, so an adaptive cluster (`cluster.adapt()`) sees demand."""
     leaderboard_size: int = 8
     """Entries the leaderboard keeps (K): a result enters if it beats the K-th."""
     fresh_agents: int = 2
-    """Fresh agents started before the generator starts picking parents from the leaderboard."""
+    """Agents that start from scratch before new agents start from leaderboard entries (tournament)."""
+    selection: str = "tournament"
+    """How the tournament picks an entry from the top of the board: tournament or softmax."""
     tournament_size: int = 2
-    """Entries drawn from the top of the board per pick; the best of them becomes the parent."""
+    """Entries drawn per tournament pick; the best of them is chosen."""
+    softmax_temperature: float = 1.0
+    """Softmax selection: temperature over scores standardised by their spread."""
     select_from_top: int = 4
-    """Parents are drawn from this many best entries."""
+    """Picks are drawn from this many best entries."""
+    quantile: float = 0.25
+    """pbt and generational: the bottom fraction copies an agent from the top fraction."""
     perturb: tuple[str, ...] = ()
-    """Hyper-parameters multiplied by a random factor for each child (must be the algorithm's tunable ones)."""
+    """Hyper-parameters a child changes (must be tunable ones of its algorithm; perturbed or resampled)."""
     perturb_factor: float = 1.25
     """A perturbed value is multiplied by this or divided by it, with equal chance."""
+    resample_probability: float = 0.0
+    """Chance that a perturbed hyper-parameter is redrawn from its [search] prior instead."""
+    replay: str = "copy"
+    """What a child takes of its parent's replay buffer: copy (the parent's transitions) or reset (empty)."""
     retries: int = 0
     """Times Dask re-runs a segment that raised before it is recorded as failed (a worker that dies
     mid-segment is handled by Dask itself: the segment is rescheduled on another worker)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "perturb", tuple(self.perturb))
+        _require(self.strategy in STRATEGIES, "tournament.strategy", f"one of {list(STRATEGIES)}", self.strategy)
         _require(self.pool_size >= 0, "tournament.pool_size", ">= 0", self.pool_size)
+        _require(self.pending >= 0, "tournament.pending", ">= 0", self.pending)
         _require(self.leaderboard_size >= 1, "tournament.leaderboard_size", ">= 1", self.leaderboard_size)
         _require(self.fresh_agents >= 1, "tournament.fresh_agents", ">= 1", self.fresh_agents)
+        _require(self.selection in ("tournament", "softmax"), "tournament.selection", "tournament or softmax",
+                 self.selection)
         _require(self.tournament_size >= 1, "tournament.tournament_size", ">= 1", self.tournament_size)
+        _require(self.softmax_temperature > 0, "tournament.softmax_temperature", "> 0", self.softmax_temperature)
         _require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
+        _require(0 < self.quantile <= 0.5, "tournament.quantile", "in (0, 0.5]", self.quantile)
         _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
+        _require(0 <= self.resample_probability <= 1, "tournament.resample_probability", "in [0, 1]",
+                 self.resample_probability)
+        _require(self.replay in ("copy", "reset"), "tournament.replay", "copy or reset", self.replay)
         _require(self.retries >= 0, "tournament.retries", ">= 0", self.retries)
+
+
+STRATEGIES = ("tournament", "pbt", "generational", "random")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupConfig:
+    """Agents of one algorithm and one hyper-parameter distribution; a population may mix several."""
+
+    name: str
+    """Name of the group, shown in the leaderboard."""
+    algorithm: str
+    """Algorithm of every agent of the group."""
+    hparams: Mapping[str, Any]
+    """The algorithm's hyper-parameters, every field filled in (defaults included)."""
+    search: Mapping[str, Prior] = dataclasses.field(default_factory=dict)
+    """Priors that fresh agents draw hyper-parameters from."""
+    weight: float = 1.0
+    """Share of the agents that belong to this group (relative to the other groups' weights)."""
+    env_steps: int = 0
+    """Env steps per segment for this group; 0 uses segment.env_steps."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +171,11 @@ class ClusterConfig:
     """Threads of each worker process (segments it runs at once is its slot count)."""
     dashboard_address: str = "127.0.0.1:8787"
     """Where the embedded cluster's dashboard listens."""
+    capacity_timeout: float = 120.0
+    """Seconds a run waits with no worker offering a slot before it stops with an error."""
 
     def __post_init__(self) -> None:
+        _require(self.capacity_timeout > 0, "cluster.capacity_timeout", "> 0", self.capacity_timeout)
         _require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
         _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
 
@@ -136,10 +186,18 @@ class Config:
     tournament: TournamentConfig
     segment: SegmentConfig
     cluster: ClusterConfig
-    hparams: Mapping[str, Any]
-    """The algorithm's hyper-parameters, every field filled in (defaults included)."""
+    groups: tuple[GroupConfig, ...]
+    """The population's groups: one from run.algorithm + [hparams] + [search], or the [[groups]] tables."""
     source: str = "<config>"
     """Where the config came from, for messages."""
+
+    @property
+    def hparams(self) -> Mapping[str, Any]:
+        """The first group's hyper-parameters (the only group's, in a single-algorithm config)."""
+        return self.groups[0].hparams
+
+    def group(self, name: str) -> GroupConfig:
+        return next(g for g in self.groups if g.name == name)
 
     @property
     def store_url(self) -> str:
@@ -179,28 +237,80 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
 
 
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
-    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups"})
     if unknown:
-        raise ConfigError(f"unknown section {unknown[0]!r} (known: {', '.join([*_SECTIONS, 'hparams'])})")
+        raise ConfigError(f"unknown section {unknown[0]!r} (known: {', '.join([*_SECTIONS, 'hparams', 'search', 'groups'])})")
     sections = {}
     for name, cls in _SECTIONS.items():
-        raw = data.get(name, {})
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"{name} must be a table, got {type(raw).__name__}")
+        raw = _table(data.get(name, {}), name)
         if name == "run":
             raw = {"name": default_name, **raw}
         sections[name] = _dataclass_from(cls, raw, name)
-    run = sections["run"]
-    info = algorithm_info(run.algorithm)
-    hparams_raw = data.get("hparams", {})
-    if not isinstance(hparams_raw, Mapping):
-        raise ConfigError(f"hparams must be a table, got {type(hparams_raw).__name__}")
-    hparams = dataclasses.asdict(_dataclass_from(info.config_cls, hparams_raw, "hparams"))
-    bad = [p for p in sections["tournament"].perturb if p not in info.tunable]
+    run, tournament = sections["run"], sections["tournament"]
+    if "groups" in data:
+        for single in ("hparams", "search"):
+            if single in data:
+                raise ConfigError(f"[{single}] belongs inside each [[groups]] table when [[groups]] are declared")
+        if run.algorithm is not None:
+            raise ConfigError("run.algorithm must be left out when [[groups]] are declared")
+        raw_groups = data["groups"]
+        if not isinstance(raw_groups, list) or not raw_groups:
+            raise ConfigError("groups must be a non-empty list of tables ([[groups]])")
+        groups = tuple(_group(_table(g, f"groups[{i}]"), f"groups[{i}]", tournament) for i, g in enumerate(raw_groups))
+        names = [g.name for g in groups]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"groups: names must differ, got {names}")
+    else:
+        if run.algorithm is None:
+            raise ConfigError("missing key run.algorithm (or declare [[groups]])")
+        single = {"algorithm": run.algorithm, "hparams": data.get("hparams", {}), "search": data.get("search", {})}
+        groups = (_group(single, "", tournament),)
+    return Config(**sections, groups=groups, source=source)
+
+
+_GROUP_KEYS = ("name", "algorithm", "weight", "env_steps", "hparams", "search")
+
+
+def _group(raw: Mapping[str, Any], prefix: str, tournament: TournamentConfig) -> GroupConfig:
+    """One group: its algorithm's hyper-parameters validated, its priors parsed."""
+    dot = f"{prefix}." if prefix else ""
+    for key in raw:
+        if key not in _GROUP_KEYS:
+            raise ConfigError(f"unknown key {dot}{key} (known: {', '.join(_GROUP_KEYS)})")
+    if "algorithm" not in raw:
+        raise ConfigError(f"missing key {dot}algorithm")
+    algorithm = _coerce(raw["algorithm"], str, f"{dot}algorithm")
+    _require(algorithm in registered_algorithms(), f"{dot}algorithm", f"one of {registered_algorithms()}", algorithm)
+    info = algorithm_info(algorithm)
+    hparams = dataclasses.asdict(_dataclass_from(info.config_cls, _table(raw.get("hparams", {}), f"{dot}hparams"),
+                                                 f"{dot}hparams"))
+    search: dict[str, Prior] = {}
+    for key, prior in _table(raw.get("search", {}), f"{dot}search").items():
+        if key not in hparams:
+            raise ConfigError(f"unknown key {dot}search.{key}: not a hyper-parameter of {algorithm}")
+        try:
+            search[key] = parse_prior(prior, f"{dot}search.{key}")
+            sample = sample_hparams(hparams, {key: search[key]}, random.Random(0))
+            info.config_cls(**sample)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(str(e) if str(e).startswith(f"{dot}search") else f"{dot}search.{key}: {e}") from None
+    bad = [p for p in tournament.perturb if p not in info.tunable]
     if bad:
-        raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of {run.algorithm} "
+        raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of {algorithm} "
                           f"(tunable: {', '.join(info.tunable)})")
-    return Config(**sections, hparams=hparams, source=source)
+    weight = _coerce(raw.get("weight", 1.0), float, f"{dot}weight")
+    _require(weight > 0, f"{dot}weight", "> 0", weight)
+    env_steps = _coerce(raw.get("env_steps", 0), int, f"{dot}env_steps")
+    _require(env_steps >= 0, f"{dot}env_steps", ">= 0", env_steps)
+    name = _coerce(raw.get("name", algorithm), str, f"{dot}name")
+    return GroupConfig(name=name, algorithm=algorithm, hparams=hparams, search=search, weight=weight,
+                       env_steps=env_steps)
+
+
+def _table(raw: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{name} must be a table, got {type(raw).__name__}")
+    return raw
 
 
 def _dataclass_from(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:

@@ -1,10 +1,14 @@
-"""The tournament on Dask: generator, updater and the orchestrating as_completed loop.
+"""The tournament on Dask: strategies, the state machine, and the orchestrating as_completed loop.
 
-The only package that touches Dask's client API.
+The only package that touches Dask's client API (the strategies and the state
+machine are plain Python; the orchestrator carries their decisions out).
 """
 
 from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots, embedded_cluster
 from dask_podracer.population.orchestrator import Progress, RunSummary, check_constructs, run_tournament
+from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Evict, Promote,
+                                                 SegmentFailed, SegmentFinished, Stop, Tournament, Train)
 
 __all__ = ["run_tournament", "check_constructs", "RunSummary", "Progress", "embedded_cluster", "cluster_slots",
-           "Slots", "ClusterError"]
+           "Slots", "ClusterError", "Tournament", "SegmentFinished", "SegmentFailed", "CapacityChanged",
+           "BudgetReached", "Train", "Promote", "Evict", "Cancel", "Stop"]

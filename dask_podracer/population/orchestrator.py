@@ -1,9 +1,11 @@
-"""The orchestrator: keep the training pool full, record every result, stop on a budget or a target.
+"""The orchestrator: carry out the tournament's instructions on a Dask cluster.
 
-An `as_completed` loop on the client is the tournament's asynchronous generator
-(what the next segment starts from) and updater (whether a checkpoint enters
-the leaderboard). The leaderboard, the history and the run's counters live in
-the store and have one writer, this loop, so reopening the store resumes.
+An `as_completed` loop on the client feeds finished segments, failures, changes
+of the cluster's capacity and the end of the budget to the tournament state
+machine (`tournament.py`), and carries out what it answers: submit a segment,
+cancel one, write the leaderboard, stop. The leaderboard, the history and the
+machine's state live in the store and have one writer, this loop, so reopening
+the store resumes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,12 +21,14 @@ from distributed import Client, Future, as_completed, wait
 from dask_podracer.agents import make_agent
 from dask_podracer.config import Config
 from dask_podracer.envs import make_vec_env
-from dask_podracer.population.cluster import Slots, cluster_slots, embedded_cluster
-from dask_podracer.population.generator import propose
+from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots, embedded_cluster
 from dask_podracer.population.tasks import segment_task
-from dask_podracer.population.updater import update_leaderboard
+from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
+                                                 SegmentFailed, SegmentFinished, Stop, Tournament, Train)
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentResult, SegmentSpec
+
+SegmentFunction = Callable[[SegmentSpec], SegmentResult]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Progress:
     rank: int | None
     """Where the result entered the leaderboard (0 = top), None if it did not."""
     error: str | None
+    running: int
+    """Segments training now."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,23 +70,25 @@ class RunSummary:
         return dataclasses.asdict(self)
 
 
-_RUN_STATE_DEFAULTS = {"segments_started": 0, "fresh_started": 0, "segments_completed": 0,
-                       "segments_failed": 0, "env_steps": 0, "wall_seconds": 0.0, "invocations": 0}
-
-
 def check_constructs(config: Config) -> None:
-    """Build the env and a fresh agent once on the client, so a config that cannot run fails before any submit."""
+    """Build the env and a fresh agent of every group on the client, so a config that cannot run fails first."""
     env = make_vec_env(config.run.env, 1, device="cpu")
-    make_agent(config.run.algorithm, env.single_observation_space, env.single_action_space, config.hparams)
+    for group in config.groups:
+        make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
 
 
 def run_tournament(config: Config, client: Client | None = None,
-                   on_progress: Callable[[Progress], None] | None = None) -> RunSummary:
-    """Run (or resume) the tournament of `config` on `client`, or on an embedded LocalCluster."""
+                   on_progress: Callable[[Progress], None] | None = None, *,
+                   segment_fn: SegmentFunction = segment_task, poll_seconds: float = 1.0) -> RunSummary:
+    """Run (or resume) the tournament of `config` on `client`, or on an embedded LocalCluster.
+
+    `segment_fn` runs one segment on a worker (benchmarks inject a stand-in that only
+    sleeps); `poll_seconds` is how often the cluster's capacity and the budget are checked.
+    """
     check_constructs(config)
     with _client_for(config, client) as active:
         slots = cluster_slots(active)
-        return _Tournament(config, active, slots, on_progress).run()
+        return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
 
 @contextlib.contextmanager
@@ -93,155 +100,187 @@ def _client_for(config: Config, client: Client | None) -> Iterator[Client]:
         yield embedded
 
 
-class _Tournament:
-    def __init__(self, config: Config, client: Client, slots: Slots,
-                 on_progress: Callable[[Progress], None] | None) -> None:
-        self.config = config
-        self.client = client
-        self.slots = slots
+class _Loop:
+    def __init__(self, config: Config, client: Client, slots: Slots, on_progress: Callable[[Progress], None] | None,
+                 segment_fn: SegmentFunction, poll_seconds: float) -> None:
+        self.config, self.client, self.slots = config, client, slots
         self.on_progress = on_progress or (lambda progress: None)
+        self.segment_fn, self.poll_seconds = segment_fn, poll_seconds
         self.store = PodracerStore(config.store_url, create=True)
-        self.board = self.store.read_leaderboard()
-        self.state = {**_RUN_STATE_DEFAULTS, **self.store.read_run_state()}
-        self.state["invocations"] += 1
-        self.running: dict[Future, SegmentSpec] = {}
+        saved = self.store.read_run_state()
+        self.wall_offset = float(saved.get("wall_seconds", 0.0))  # time spent by earlier invocations
+        self.invocations = int(saved.get("invocations", 0)) + 1
+        self.machine = Tournament(config, self.store.read_leaderboard(), saved.get("machine"))
+        self.futures: dict[str, tuple[Future, Train]] = {}
+        self.queue = as_completed()
         self.started = time.monotonic()
-        self.wall_offset = float(self.state["wall_seconds"])  # time spent by earlier invocations
         self.completed = self.failed = self.env_steps = 0
-        self.failed_in_a_row = 0
-        self.submitted = 0
         self.last_error: str | None = None
         self.curve: list[dict[str, Any]] = []
+        self.stop_reason = ""
+        self.zero_capacity_since: float | None = None
+        self.unwritten_history: list[dict[str, Any]] = []
+        self.board_changed = False
+        self.dirty = True  # the machine's state differs from the store's
 
-    # -- the loop -----------------------------------------------------------------
     def run(self) -> RunSummary:
-        pool = self.config.tournament.pool_size or self.slots.count
-        stop_reason = "interrupted"
-        queue = as_completed()
         try:
-            for _ in range(self._wanted(pool)):
-                queue.add(self._submit())
-            for future in queue:
-                self._record(future)
-                stop_reason = self._stop_reason()
-                if stop_reason:
-                    break
-                for _ in range(self._wanted(pool)):
-                    queue.add(self._submit())
+            self._carry_out(self.machine.handle(CapacityChanged(self.slots.count)))
+            next_poll = time.monotonic() + self.poll_seconds
+            while not self.stop_reason:
+                for future in self._next_batch(timeout=max(0.0, next_poll - time.monotonic())):
+                    self._segment_ended(future)
+                    if self.stop_reason:
+                        break
+                if not self.stop_reason and time.monotonic() >= next_poll:
+                    self._poll()
+                    next_poll = time.monotonic() + self.poll_seconds
+                self._flush()  # one write of each table per batch of events, not per event
         finally:
-            self._finish(graceful=stop_reason == "budget")
-        return self._summary(stop_reason)
+            self._finish()
+        return self._summary()
 
-    def _wanted(self, pool: int) -> int:
-        """Segments to submit now: enough to fill the pool, never more than max_segments asks for."""
-        wanted = pool - len(self.running)
-        if self.config.run.max_segments:
-            wanted = min(wanted, self.config.run.max_segments - self.submitted)
-        return max(0, wanted)
+    # -- events in ---------------------------------------------------------------------------
+    def _next_batch(self, timeout: float) -> list[Future]:
+        """Whatever finished, waiting at most `timeout` seconds for something to (as_completed, with a tick)."""
+        if not self.queue.has_ready():
+            with self.queue.thread_condition:
+                self.queue.thread_condition.wait(timeout=timeout)
+        return self.queue.next_batch(block=False) if self.queue.has_ready() else []
 
-    def _submit(self) -> Future:
-        index = self.state["segments_started"]
-        proposal = propose(self.config, index, self.board, self.state["fresh_started"])
-        seg, run = self.config.segment, self.config.run
-        remaining = max(1.0, run.budget_seconds - self._elapsed())
-        spec = SegmentSpec(
-            key=f"s{index:06d}-{uuid.uuid4().hex[:8]}",
-            store_url=self.store.url,
-            env=run.env,
-            algorithm=run.algorithm,
-            hparams=proposal.hparams,
-            parent=proposal.parent,
-            seed=run.seed * 1_000_003 + index,
-            env_steps=seg.env_steps,
-            # a segment never trains past the run's budget, so the loop need not poll the clock
-            seconds=min(seg.seconds, remaining) if seg.seconds > 0 else remaining,
-            eval_episodes=seg.eval_episodes,
-            device=seg.device,
-            torch_threads=seg.torch_threads,
-            generation=proposal.generation,
-        )
-        self.state["segments_started"] += 1
-        self.submitted += 1
-        self.state["fresh_started"] += proposal.parent is None
-        future = self.client.submit(segment_task, spec, key=f"segment-{spec.key}", resources=self.slots.resources,
-                                    pure=False, retries=self.config.tournament.retries)
-        self.running[future] = spec
-        return future
-
-    def _record(self, future: Future) -> None:
-        spec = self.running.pop(future)
+    def _segment_ended(self, future: Future) -> None:
+        key = future.key.removeprefix("segment-")
+        if key not in self.futures:
+            return  # cancelled by an instruction: the machine has already forgotten it
+        _, train = self.futures.pop(key)
         result: SegmentResult | None = None
-        rank = error = None
+        error: str | None = None
         if future.status == "finished":
             result = future.result()
-            self.board, rank = update_leaderboard(self.board, result, self.config.tournament.leaderboard_size)
-            if rank is not None:
-                self.store.write_leaderboard(self.board)
             self.completed += 1
             self.env_steps += result.env_steps
-            self.failed_in_a_row = 0
+            event: Event = SegmentFinished(train.agent, result)
         else:
             error = self.last_error = _describe_error(future)
             self.failed += 1
-            self.failed_in_a_row += 1
-        self.state["segments_completed" if result else "segments_failed"] += 1
-        self.state["env_steps"] += result.env_steps if result else 0
-        self.state["wall_seconds"] = self.wall_offset + self._elapsed()
-        best = self._best()
-        self.store.append_history({
-            "key": spec.key, "parent": spec.parent, "status": "finished" if result else "failed",
-            "score": result.score if result else None, "rank": rank,
+            event = SegmentFailed(train.agent, train.key, error)
+        instructions = self.machine.handle(event)
+        self._record(train, result, error, instructions)
+        self._carry_out(instructions)
+
+    def _poll(self) -> None:
+        """Follow the cluster: its capacity now, and the budget."""
+        if self._elapsed() >= self.config.run.budget_seconds:
+            self._carry_out(self.machine.handle(BudgetReached()))
+            return
+        slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources)
+        if slots.count == 0:
+            self.zero_capacity_since = self.zero_capacity_since or time.monotonic()
+            waited = time.monotonic() - self.zero_capacity_since
+            if waited > self.config.cluster.capacity_timeout:
+                need = self.slots.resources or "a thread"
+                raise ClusterError(f"no worker has offered {need} for {waited:.0f}s: "
+                                   f"segments cannot run (workers: {describe_workers(self.client)})")
+        else:
+            self.zero_capacity_since = None
+        if slots.count != self.machine.slots:
+            self._carry_out(self.machine.handle(CapacityChanged(slots.count)))
+
+    # -- instructions out ---------------------------------------------------------------------
+    def _carry_out(self, instructions: list[Instruction]) -> None:
+        self.dirty = self.dirty or bool(instructions)
+        for instruction in instructions:
+            if isinstance(instruction, Train):
+                self._submit(instruction)
+            elif isinstance(instruction, Cancel):
+                future, _ = self.futures.pop(instruction.key, (None, None))
+                if future is not None:
+                    self.client.cancel([future])
+            elif isinstance(instruction, Stop):
+                self.stop_reason = instruction.reason
+            else:  # Promote or Evict: the machine's board is the new table
+                self.board_changed = True
+
+    def _submit(self, train: Train) -> None:
+        seg, run = self.config.segment, self.config.run
+        remaining = max(1.0, run.budget_seconds - self._elapsed())
+        group = self.config.group(train.group)
+        spec = SegmentSpec(
+            key=train.key, store_url=self.store.url, env=run.env, algorithm=group.algorithm,
+            hparams=train.plan.hparams, parent=train.plan.parent, seed=train.seed, env_steps=train.env_steps,
+            # a segment never trains past the run's budget, so the last ones end with it
+            seconds=min(seg.seconds, remaining) if seg.seconds > 0 else remaining,
+            eval_episodes=seg.eval_episodes, device=seg.device, torch_threads=seg.torch_threads,
+            generation=train.plan.generation, load_replay=train.plan.load_replay,
+        )
+        future = self.client.submit(self.segment_fn, spec, key=f"segment-{spec.key}", resources=self.slots.resources,
+                                    pure=False, retries=self.config.tournament.retries)
+        self.futures[train.key] = (future, train)
+        self.queue.add(future)
+
+    # -- records --------------------------------------------------------------------------------
+    def _record(self, train: Train, result: SegmentResult | None, error: str | None,
+                instructions: list[Instruction]) -> None:
+        wall = self.wall_offset + self._elapsed()
+        rank = next((i.rank for i in instructions if isinstance(i, Promote)), None)
+        self.unwritten_history.append({
+            "key": train.key, "agent": train.agent, "group": train.group, "parent": train.plan.parent,
+            "adopted": train.plan.adopted, "generation": train.plan.generation, "hparams": train.plan.hparams,
+            "status": "finished" if result else "failed", "score": result.score if result else None, "rank": rank,
             "segment_env_steps": result.env_steps if result else 0,
             "lineage_env_steps": result.total_env_steps if result else None,
-            "run_env_steps": self.state["env_steps"], "wall_seconds": self.state["wall_seconds"],
-            "best_score": best, "hparams": spec.hparams, "generation": spec.generation,
+            "run_env_steps": self.machine.counters["env_steps"], "wall_seconds": wall,
             "train_seconds": result.train_seconds if result else None,
             "metrics": result.metrics if result else {}, "device": result.device if result else None,
             "error": error,
         })
-        self.store.write_run_state(self.state)
+        best = self.machine.best_score()
         self.curve.append({"wall_seconds": self._elapsed(), "env_steps": self.env_steps, "best_score": best})
-        self.on_progress(Progress(self._elapsed(), self.completed, self.failed, self.env_steps, best, result,
-                                  rank, error))
+        self.on_progress(Progress(self._elapsed(), self.completed, self.failed, self.env_steps, best, result, rank,
+                                  error, len(self.futures)))
 
-    def _stop_reason(self) -> str:
-        run = self.config.run
-        best = self._best()
-        if run.target_return is not None and best is not None and best >= run.target_return:
-            return "target"
-        if self.failed_in_a_row >= max(3, 2 * (self.config.tournament.pool_size or self.slots.count)):
-            return "failing"  # every slot failed twice in a row: refilling would only fail again
-        if run.max_segments and self.completed + self.failed >= run.max_segments:
-            return "max_segments"
-        if self._elapsed() >= run.budget_seconds:
-            return "budget"
-        return ""
+    def _flush(self) -> None:
+        """Write what changed: history first, then the board, then the state that refers to both."""
+        if not (self.dirty or self.unwritten_history):
+            return
+        self.dirty = False
+        self.store.extend_history(self.unwritten_history)
+        self.unwritten_history.clear()
+        if self.board_changed:
+            self.store.write_leaderboard(self.machine.board)
+            self.board_changed = False
+        self.store.write_run_state({"machine": self.machine.to_state(), "invocations": self.invocations,
+                                    "wall_seconds": self.wall_offset + self._elapsed()})
 
-    def _finish(self, graceful: bool) -> None:
-        """Collect segments that end within a few seconds (they were capped at the budget); cancel the rest."""
-        if graceful and self.running:
-            done, _ = wait(list(self.running), timeout=30)
-            for future in [f for f in self.running if f in done]:
-                self._record(future)
-        if self.running:
-            self.client.cancel(list(self.running))
-            self.running.clear()
-        self.state["wall_seconds"] = self.wall_offset + self._elapsed()
-        self.store.write_run_state(self.state)
+    def _finish(self) -> None:
+        """After a budget stop, collect segments that end within a few seconds (they were capped at the
+        budget); cancel whatever is left."""
+        if self.stop_reason == "budget" and self.futures:
+            done, _ = wait([f for f, _ in self.futures.values()], timeout=30)
+            for future in [f for f, _ in list(self.futures.values()) if f in done]:
+                self._segment_ended(future)  # recorded; a stopped machine starts nothing new
+        if self.futures:
+            self.client.cancel([f for f, _ in self.futures.values()])
+            self.futures.clear()
+        self.stop_reason = self.stop_reason or "interrupted"
+        self._flush()
 
-    # -- helpers --------------------------------------------------------------------
     def _elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def _best(self) -> float | None:
-        return self.board[0]["score"] if self.board else None
-
-    def _summary(self, stop_reason: str) -> RunSummary:
+    def _summary(self) -> RunSummary:
+        board = self.machine.board
         return RunSummary(
-            store=self.store.url, best_score=self._best(), best_key=self.board[0]["key"] if self.board else None,
+            store=self.store.url, best_score=self.machine.best_score(), best_key=board[0]["key"] if board else None,
             wall_seconds=self._elapsed(), env_steps=self.env_steps, segments_completed=self.completed,
-            segments_failed=self.failed, stop_reason=stop_reason, last_error=self.last_error, history=self.curve, leaderboard=self.board,
+            segments_failed=self.failed, stop_reason=self.stop_reason, last_error=self.last_error,
+            history=self.curve, leaderboard=board,
         )
+
+
+def describe_workers(client: Client) -> str:
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return ", ".join(f"{w.get('name')}: {w.get('resources') or {}}" for w in workers) or "none"
 
 
 def _describe_error(future: Future) -> str:

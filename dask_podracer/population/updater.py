@@ -8,9 +8,10 @@ from typing import Any
 from dask_podracer.train import SegmentResult
 
 
-def leaderboard_entry(result: SegmentResult) -> dict[str, Any]:
+def leaderboard_entry(result: SegmentResult, group: str | None = None) -> dict[str, Any]:
     return {
         "key": result.key,
+        "group": group or result.algorithm,
         "score": result.score,
         "env_steps": result.total_env_steps,
         "algorithm": result.algorithm,
@@ -21,8 +22,8 @@ def leaderboard_entry(result: SegmentResult) -> dict[str, Any]:
     }
 
 
-def update_leaderboard(board: Sequence[Mapping[str, Any]], result: SegmentResult,
-                       size: int) -> tuple[list[dict[str, Any]], int | None]:
+def update_leaderboard(board: Sequence[Mapping[str, Any]], result: SegmentResult, size: int,
+                       group: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
     """The new ranked board and the rank (0 = best) the result got, or None if it did not enter.
 
     A result enters if the board has room or it beats the K-th entry. A key that is
@@ -34,5 +35,5 @@ def update_leaderboard(board: Sequence[Mapping[str, Any]], result: SegmentResult
     if len(entries) >= size and result.score <= entries[size - 1]["score"]:
         return entries[:size], None
     rank = next((i for i, e in enumerate(entries) if result.score > e["score"]), len(entries))
-    entries.insert(rank, leaderboard_entry(result))
+    entries.insert(rank, leaderboard_entry(result, group))
     return entries[:size], rank

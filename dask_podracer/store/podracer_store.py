@@ -179,7 +179,11 @@ class PodracerStore:
 
     def append_history(self, record: Mapping) -> None:
         """Append one record (a finished or failed segment)."""
-        tables.append_history(self._store, record, self._url)
+        tables.append_history(self._store, [record], self._url)
+
+    def extend_history(self, records: Sequence[Mapping]) -> None:
+        """Append several records in order, writing each touched history block once."""
+        tables.append_history(self._store, records, self._url)
 
     def read_history(self) -> list[dict]:
         """Every record in append order."""

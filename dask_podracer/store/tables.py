@@ -65,19 +65,23 @@ def _block_path(index: int) -> str:
     return f"{HISTORY}/{index:08d}"
 
 
-def append_history(store: Store, record: Mapping, where: str) -> None:
-    record = to_json(dict(record), "history record")
+def append_history(store: Store, records: Sequence[Mapping], where: str) -> None:
+    """Append `records` in order, filling the last block first; each touched block is written once."""
+    if not records:
+        return
+    new = [to_json(dict(r), "history record") for r in records]
     blocks = _blocks(store)
+    index, current = 0, []
     if blocks:
-        last = blocks[-1]
-        records = list(read_attr(store, _block_path(last), "records", [], where))
-        if len(records) < HISTORY_BLOCK:
-            write_attrs(store, _block_path(last), {"records": [*records, record]})
-            return
-        index = last + 1
-    else:
-        index = 0
-    write_attrs(store, _block_path(index), {"records": [record]})
+        index = blocks[-1]
+        current = list(read_attr(store, _block_path(index), "records", [], where))
+        if len(current) >= HISTORY_BLOCK:
+            index, current = index + 1, []
+    while new:
+        room = HISTORY_BLOCK - len(current)
+        current, new = [*current, *new[:room]], new[room:]
+        write_attrs(store, _block_path(index), {"records": current})
+        index, current = index + 1, []
 
 
 def read_history(store: Store, where: str) -> list[dict]:

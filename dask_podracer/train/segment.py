@@ -97,7 +97,10 @@ def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: 
     if attrs["algorithm"] != spec.algorithm or attrs["env"] != spec.env:
         raise SegmentError(f"segment {spec.key}: parent {spec.parent} is {attrs['algorithm']} on {attrs['env']}, "
                            f"not {spec.algorithm} on {spec.env}")
-    agent.load_state_dict(unflatten_state(attrs["structure"], checkpoint.arrays, device))
+    state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
+    if not spec.load_replay:
+        state.pop("replay", None)
+    agent.load_state_dict(state)
     return int(attrs["env_steps"])
 
 

@@ -38,6 +38,8 @@ class SegmentSpec:
     """CPU threads torch may use in this segment (one per Dask worker slot)."""
     generation: int = 0
     """Number of segments in this agent's lineage before this one."""
+    load_replay: bool = True
+    """Take the parent's replay buffer along (False: start with an empty one)."""
 
     def __post_init__(self) -> None:
         if self.env_steps <= 0 and self.seconds <= 0:

@@ -1,0 +1,57 @@
+"""Family trees of checkpoints, from a store's history: who descends from whom, with what changes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def family_tree(history: Sequence[Mapping[str, Any]], key: str) -> str:
+    """`key`'s ancestors down from the root, then every descendant of `key`, one line each.
+
+    A line shows the segment's key, generation, score, whether it adopted another
+    agent's checkpoint, and the hyper-parameters that differ from its parent's.
+    """
+    records = {r["key"]: r for r in history if r.get("status") == "finished"}
+    if key not in records:
+        raise KeyError(f"no finished segment {key!r} in this store's history")
+    chain = [key]
+    while (parent := records[chain[-1]].get("parent")) in records:
+        chain.append(parent)
+    chain.reverse()
+    children: dict[str, list[str]] = {}
+    for r in records.values():
+        if r.get("parent"):
+            children.setdefault(r["parent"], []).append(r["key"])
+
+    lines = []
+    root_parent = records[chain[0]].get("parent")
+    if root_parent:
+        lines.append(f"{root_parent} (not in the history)")
+    for depth, k in enumerate(chain):
+        lines.append(_line(records, k, "    " * max(depth - 1, 0) + ("└── " if depth else ""), k == key))
+
+    def descend(k: str, prefix: str) -> None:
+        kids = sorted(children.get(k, []), key=lambda c: records[c]["key"])
+        for i, child in enumerate(kids):
+            last = i == len(kids) - 1
+            lines.append(_line(records, child, prefix + ("└── " if last else "├── "), False))
+            descend(child, prefix + ("    " if last else "│   "))
+
+    descend(key, "    " * (len(chain) - 1))
+    return "\n".join(lines)
+
+
+def _line(records: Mapping[str, Mapping[str, Any]], key: str, prefix: str, marked: bool) -> str:
+    r = records[key]
+    parent = records.get(r.get("parent") or "")
+    changed = {k: v for k, v in r.get("hparams", {}).items() if parent is None or parent.get("hparams", {}).get(k) != v}
+    shown = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(changed.items())) if parent else ""
+    tags = [f"gen {r.get('generation', 0)}", f"score {r['score']:.1f}", f"agent {r.get('agent', '-')}"]
+    if r.get("adopted"):
+        tags.append("adopted")
+    return f"{prefix}{key}  {'  '.join(tags)}{'  ' + shown if shown else ''}{'  ◀' if marked else ''}"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

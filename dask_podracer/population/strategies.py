@@ -1,0 +1,132 @@
+"""Generator strategies: given the agents that are free to train, say what each starts from.
+
+A strategy proposes; the tournament state machine decides and records. Each is a
+small pure function of the machine's state and a seeded RNG:
+
+- tournament: keep training your own checkpoint, unless an entry picked from the top
+  of the leaderboard (by tournament or softmax) beats it: then adopt that entry with
+  perturbed hyper-parameters (ElegantRL-Podracer's tournament-based ensemble training).
+- pbt: truncation selection (Jaderberg et al. 2017): an agent in the bottom quantile of
+  its group copies one from the top quantile (weights, optimizer and, by the replay
+  policy, its buffer), then explores its hyper-parameters.
+- generational: the same exploit/explore, but only when every agent has finished its
+  generation (a barrier): the baseline the seeds compare the tournament against.
+- random: random search; every agent trains its own draw from the prior, never exploits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dask_podracer.agents import algorithm_info
+from dask_podracer.search import perturb_hparams
+
+if TYPE_CHECKING:
+    from dask_podracer.population.tournament import AgentState, Tournament
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What an agent's next segment starts from."""
+
+    parent: str | None
+    """Checkpoint key to load, None for fresh networks."""
+    hparams: dict[str, Any]
+    generation: int
+    """Segments in the lineage before this one."""
+    load_replay: bool = True
+    """Whether the parent's replay buffer comes along (False: the child starts with an empty one)."""
+    adopted: bool = False
+    """True when the parent is another agent's checkpoint (an exploit step)."""
+
+
+Strategy = Callable[["Tournament", Sequence["AgentState"], random.Random], dict[int, Plan]]
+
+
+def tournament(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+    cfg = machine.config.tournament
+    plans = {}
+    for agent in idle:
+        entries = [e for e in machine.board if e.get("group") == agent.group]
+        if agent.checkpoint is None and len(entries) < cfg.fresh_agents:
+            plans[agent.id] = fresh(agent)
+            continue
+        pick = select(entries, machine, rng) if entries else None
+        if pick is not None and (agent.score is None or pick["score"] > agent.score):
+            plans[agent.id] = adopt(machine, agent, pick["key"], pick["hparams"], int(pick["generation"]), rng)
+        else:
+            plans[agent.id] = keep_training(agent)
+    return plans
+
+
+def pbt(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+    return {agent.id: _truncate(machine, agent, rng) for agent in idle}
+
+
+def generational(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+    if any(a.running for a in machine.active_agents()):
+        return {}  # the barrier: nobody starts generation g + 1 before everyone has finished g
+    return {agent.id: _truncate(machine, agent, rng) for agent in machine.active_agents()}
+
+
+def random_search(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+    return {agent.id: fresh(agent) if agent.checkpoint is None else keep_training(agent) for agent in idle}
+
+
+STRATEGIES: Mapping[str, Strategy] = {"tournament": tournament, "pbt": pbt, "generational": generational,
+                                      "random": random_search}
+
+
+# -- the pieces they share ----------------------------------------------------------------
+
+def fresh(agent: AgentState) -> Plan:
+    return Plan(parent=None, hparams=dict(agent.hparams), generation=0)
+
+
+def keep_training(agent: AgentState) -> Plan:
+    return Plan(parent=agent.checkpoint, hparams=dict(agent.hparams), generation=agent.generation + 1)
+
+
+def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str, Any], generation: int,
+          rng: random.Random) -> Plan:
+    """Start from someone else's checkpoint `key` with explored hyper-parameters."""
+    cfg = machine.config.tournament
+    group = machine.config.group(agent.group)
+    config_cls = algorithm_info(group.algorithm).config_cls
+    child = perturb_hparams(hparams, cfg.perturb, cfg.perturb_factor, rng, group.search, cfg.resample_probability,
+                            valid=lambda h: config_cls(**h))
+    return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay == "copy", adopted=True)
+
+
+def select(entries: Sequence[Mapping[str, Any]], machine: Tournament, rng: random.Random) -> Mapping[str, Any]:
+    """One entry from the top of a ranked board, by tournament or by softmax over standardised scores."""
+    cfg = machine.config.tournament
+    top = list(entries[: cfg.select_from_top])
+    if cfg.selection == "tournament":
+        return max(rng.sample(top, min(cfg.tournament_size, len(top))), key=lambda e: e["score"])
+    scores = [e["score"] for e in top]
+    spread = _std(scores) or 1.0
+    weights = [math.exp((s - max(scores)) / (cfg.softmax_temperature * spread)) for s in scores]
+    return rng.choices(top, weights=weights)[0]
+
+
+def _truncate(machine: Tournament, agent: AgentState, rng: random.Random) -> Plan:
+    """PBT's exploit step for one agent: copy a top-quantile peer if this agent is in the bottom quantile."""
+    if agent.checkpoint is None:
+        return fresh(agent)
+    peers = sorted((a for a in machine.active_agents() if a.group == agent.group and a.score is not None),
+                   key=lambda a: (-a.score, a.id))
+    cut = max(1, math.floor(machine.config.tournament.quantile * len(peers)))
+    if len(peers) < 2 or agent not in peers[-cut:]:
+        return keep_training(agent)
+    donor = rng.choice(peers[:cut])
+    return adopt(machine, agent, donor.checkpoint, donor.hparams, donor.generation, rng)
+
+
+def _std(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))

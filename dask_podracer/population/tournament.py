@@ -1,0 +1,281 @@
+"""The tournament's decisions as a state machine without I/O.
+
+Events in (a segment finished or failed, the cluster's capacity changed, the
+budget ran out), instructions out (train, promote, evict, cancel, stop). One
+method, `handle`, mutates; every decision draws from an RNG seeded by the run's
+seed and the event's id, so a scripted sequence of events always gives the same
+instructions and a decision can be traced to the event that caused it. The
+Dask loop (`orchestrator.py`) only carries the instructions out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dask_podracer.config import Config
+from dask_podracer.population.strategies import STRATEGIES, Plan
+from dask_podracer.population.updater import update_leaderboard
+from dask_podracer.search import sample_hparams
+from dask_podracer.train import SegmentResult
+
+
+# -- events ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SegmentFinished:
+    agent: int
+    result: SegmentResult
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentFailed:
+    agent: int
+    key: str
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityChanged:
+    slots: int
+    """Segments the cluster can run at once now."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetReached:
+    pass
+
+
+Event = SegmentFinished | SegmentFailed | CapacityChanged | BudgetReached
+
+
+# -- instructions ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Train:
+    event: int
+    agent: int
+    key: str
+    group: str
+    plan: Plan
+    seed: int
+    env_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Promote:
+    event: int
+    key: str
+    rank: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Evict:
+    event: int
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancel:
+    event: int
+    agent: int
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    event: int
+    reason: str
+    """target, max_segments, budget or failing."""
+
+
+Instruction = Train | Promote | Evict | Cancel | Stop
+
+
+@dataclasses.dataclass
+class AgentState:
+    id: int
+    group: str
+    hparams: dict[str, Any]
+    checkpoint: str | None = None
+    """Its latest checkpoint."""
+    score: float | None = None
+    """The evaluation score of that checkpoint."""
+    generation: int = 0
+    """Segments in that checkpoint's lineage before its last one."""
+    running: str | None = None
+    """Key of the segment it is training now."""
+    active: bool = True
+    """False while capacity has no slot for it (it keeps its checkpoint and may come back)."""
+    segments: int = 0
+
+
+def _default_key(index: int) -> str:
+    return f"s{index:06d}-{uuid.uuid4().hex[:8]}"
+
+
+class Tournament:
+    """Agents, the leaderboard and the counters of one tournament; `handle(event) -> instructions`."""
+
+    def __init__(self, config: Config, board: list[dict[str, Any]] | None = None,
+                 state: Mapping[str, Any] | None = None, key_factory: Callable[[int], str] = _default_key) -> None:
+        self.config = config
+        self.board: list[dict[str, Any]] = [dict(e) for e in board or []]
+        self.key_factory = key_factory
+        self.strategy = STRATEGIES[config.tournament.strategy]
+        state = dict(state or {})
+        self.counters = {"events": 0, "segments_started": 0, "segments_completed": 0, "segments_failed": 0,
+                         "env_steps": 0, "failed_in_a_row": 0, **state.get("counters", {})}
+        self.agents: dict[int, AgentState] = {}
+        for raw in state.get("agents", []):  # a resumed run: in-flight segments are lost, agents are not
+            agent = AgentState(**{**raw, "running": None, "active": False})
+            self.agents[agent.id] = agent
+        self.slots = 0
+        self.stopped: str | None = None
+        self.completed_now = 0  # segments finished or failed in this invocation (for max_segments)
+
+    # -- the one method that mutates --------------------------------------------------------
+    def handle(self, event: Event) -> list[Instruction]:
+        """Update the state for `event`; the instructions that carry the decision out.
+
+        After a Stop, finishing segments are still recorded (a budget stop lets running
+        segments end), but nothing new is started.
+        """
+        if self.stopped and not isinstance(event, (SegmentFinished, SegmentFailed)):
+            return []
+        self.counters["events"] += 1
+        eid = self.counters["events"]
+        rng = random.Random(f"{self.config.run.seed}/{eid}")
+        if isinstance(event, SegmentFinished):
+            return self._finished(eid, event, rng)
+        if isinstance(event, SegmentFailed):
+            return self._failed(eid, event, rng)
+        if isinstance(event, CapacityChanged):
+            return self._capacity(eid, event.slots, rng)
+        return self._stop(eid, "budget", cancel=False)
+
+    def _finished(self, eid: int, event: SegmentFinished, rng: random.Random) -> list[Instruction]:
+        agent, result = self.agents[event.agent], event.result
+        agent.running = None
+        agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
+        agent.segments += 1
+        self.counters["segments_completed"] += 1
+        self.counters["env_steps"] += result.env_steps
+        self.counters["failed_in_a_row"] = 0
+        self.completed_now += 1
+        out: list[Instruction] = []
+        before = {e["key"] for e in self.board}
+        self.board, rank = update_leaderboard(self.board, result, self.config.tournament.leaderboard_size, agent.group)
+        if rank is not None:
+            out.append(Promote(eid, result.key, rank))
+            out += [Evict(eid, key) for key in sorted(before - {e["key"] for e in self.board})]
+        run = self.config.run
+        if self.stopped:
+            return out
+        if run.target_return is not None and result.score >= run.target_return:
+            return out + self._stop(eid, "target", cancel=True)
+        return out + self._after_segment(eid, agent, rng)
+
+    def _failed(self, eid: int, event: SegmentFailed, rng: random.Random) -> list[Instruction]:
+        agent = self.agents[event.agent]
+        agent.running = None
+        self.counters["segments_failed"] += 1
+        self.counters["failed_in_a_row"] += 1
+        self.completed_now += 1
+        if self.stopped:
+            return []
+        if self.counters["failed_in_a_row"] >= max(3, 2 * self.target_agents()):
+            return self._stop(eid, "failing", cancel=True)  # every slot failed twice in a row
+        return self._after_segment(eid, agent, rng)
+
+    def _after_segment(self, eid: int, agent: AgentState, rng: random.Random) -> list[Instruction]:
+        limit = self.config.run.max_segments
+        if limit and self.completed_now >= limit:
+            return self._stop(eid, "max_segments", cancel=True)
+        idle = [agent] if agent.active else []
+        return self._train(eid, idle, rng)
+
+    def _capacity(self, eid: int, slots: int, rng: random.Random) -> list[Instruction]:
+        self.slots = slots
+        target = self.target_agents()
+        active = self.active_agents()
+        out: list[Instruction] = []
+        if len(active) > target:  # shrink: the lowest-ranked go first, running or not
+            for agent in sorted(active, key=self._rank_key)[: len(active) - target]:
+                agent.active = False
+                if agent.running:
+                    out.append(Cancel(eid, agent.id, agent.running))
+                    agent.running = None
+            return out
+        woken = []
+        for _ in range(target - len(active)):  # grow: bring back the best retired agents, then new ones
+            retired = sorted((a for a in self.agents.values() if not a.active), key=self._rank_key, reverse=True)
+            agent = retired[0] if retired else self._new_agent(rng)
+            agent.active = True
+            woken.append(agent)
+        return out + self._train(eid, woken, rng)
+
+    def _train(self, eid: int, idle: list[AgentState], rng: random.Random) -> list[Instruction]:
+        if self.limit_reached():
+            return []
+        plans = self.strategy(self, idle, rng)
+        out: list[Instruction] = []
+        for agent_id in sorted(plans):
+            if self.limit_reached():
+                break
+            agent, plan = self.agents[agent_id], plans[agent_id]
+            index = self.counters["segments_started"]
+            self.counters["segments_started"] += 1
+            key = self.key_factory(index)
+            agent.running, agent.hparams = key, dict(plan.hparams)  # the child's hyper-parameters win
+            group = self.config.group(agent.group)
+            out.append(Train(eid, agent.id, key, agent.group, plan, seed=self.config.run.seed * 1_000_003 + index,
+                             env_steps=group.env_steps or self.config.segment.env_steps))
+        return out
+
+    def _stop(self, eid: int, reason: str, cancel: bool) -> list[Instruction]:
+        self.stopped = reason
+        out: list[Instruction] = []
+        if cancel:
+            for agent in self.active_agents():
+                if agent.running:
+                    out.append(Cancel(eid, agent.id, agent.running))
+                    agent.running = None
+        return out + [Stop(eid, reason)]
+
+    # -- queries ------------------------------------------------------------------------------
+    def target_agents(self) -> int:
+        """Agents that should be training: the pool size, or the cluster's slots, plus the pending extra."""
+        return (self.config.tournament.pool_size or self.slots) + self.config.tournament.pending
+
+    def active_agents(self) -> list[AgentState]:
+        return [a for a in self.agents.values() if a.active]
+
+    def running_agents(self) -> list[AgentState]:
+        return [a for a in self.agents.values() if a.running]
+
+    def limit_reached(self) -> bool:
+        limit = self.config.run.max_segments
+        started_now = self.completed_now + len(self.running_agents())
+        return bool(limit) and started_now >= limit
+
+    def best_score(self) -> float | None:
+        return self.board[0]["score"] if self.board else None
+
+    def to_state(self) -> dict[str, Any]:
+        """What a resumed run needs, as plain JSON."""
+        return {"counters": dict(self.counters), "agents": [dataclasses.asdict(a) for a in self.agents.values()]}
+
+    def _rank_key(self, agent: AgentState) -> tuple:
+        """Lower is worse: unscored agents rank below scored ones, then by score, then newer below older."""
+        return (agent.score is not None, agent.score if agent.score is not None else 0.0, -agent.id)
+
+    def _new_agent(self, rng: random.Random) -> AgentState:
+        groups = self.config.groups
+        counts = {g.name: sum(a.group == g.name for a in self.agents.values()) for g in groups}
+        group = min(groups, key=lambda g: (counts[g.name] + 1) / g.weight)  # keep the groups at their weights
+        agent_id = max(self.agents, default=-1) + 1
+        hparams = sample_hparams(group.hparams, group.search, random.Random(f"{self.config.run.seed}/agent/{agent_id}"))
+        self.agents[agent_id] = AgentState(id=agent_id, group=group.name, hparams=hparams)
+        return self.agents[agent_id]

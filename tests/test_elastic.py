@@ -1,0 +1,61 @@
+"""An elastic pool on a real LocalCluster: it follows the cluster as it grows and shrinks."""
+
+import threading
+import time
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_podracer.config import config_from_dict
+from dask_podracer.population import run_tournament
+from dask_podracer.store import PodracerStore
+from dask_podracer.train import load_agent
+
+pytestmark = pytest.mark.slow
+
+
+def wait_until(condition, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_pool_grows_with_the_cluster_and_shrinks_lowest_ranked_first(tmp_path):
+    config = config_from_dict({
+        "run": {"env": "Pendulum-v1", "algorithm": "sac", "budget": "4m", "max_segments": 14,
+                "store": str(tmp_path / "elastic.zarr")},
+        "segment": {"env_steps": 300, "eval_episodes": 2},
+        "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32},
+    })
+    progress = []
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
+        outcome = {}
+        runner = threading.Thread(target=lambda: outcome.update(
+            summary=run_tournament(config, client, on_progress=progress.append, poll_seconds=0.2)))
+        runner.start()
+        wait_until(lambda: len(progress) >= 1)
+        assert max(p.running for p in progress) <= 1
+        cluster.scale(3)
+        wait_until(lambda: any(p.running >= 2 for p in progress[1:]) and len(progress) >= 4)
+        grown = max(p.running for p in progress)
+        done_before_shrink = len(progress)
+        cluster.scale(1)
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 1)
+        runner.join(timeout=240)
+        assert not runner.is_alive()
+    summary = outcome["summary"]
+    assert grown >= 2  # segments ran on the new workers
+    assert summary.stop_reason == "max_segments"
+    # after shrinking, one agent trains at a time
+    assert max(p.running for p in progress[done_before_shrink + 2:]) <= 1
+    store = PodracerStore(tmp_path / "elastic.zarr")
+    history = store.read_history()
+    recorded = [r for r in history if r["status"] == "finished"]
+    assert len(recorded) == summary.segments_completed and len(history) == len(progress)
+    for entry in store.read_leaderboard():  # nothing recorded was lost, and all of it loads
+        load_agent(store, entry["key"])
+    assert all(store.has_checkpoint(r["key"]) for r in recorded)
+    agents = store.read_run_state()["machine"]["agents"]
+    assert len(agents) >= 2 and sum(a["active"] for a in agents) == 1

@@ -1,0 +1,53 @@
+"""Family trees from a store's history."""
+
+import subprocess
+import sys
+
+import pytest
+
+from dask_podracer.lineage import family_tree
+from dask_podracer.store import PodracerStore
+
+
+def rec(key, parent, score, gen, agent, lr, adopted=False, status="finished"):
+    return {"key": key, "parent": parent, "score": score, "generation": gen, "agent": agent, "adopted": adopted,
+            "hparams": {"actor_lr": lr, "gamma": 0.99}, "status": status}
+
+
+HISTORY = [
+    rec("a", None, -1500.0, 0, 0, 1e-3),
+    rec("b", None, -1400.0, 0, 1, 1e-3),
+    rec("c", "a", -900.0, 1, 0, 1e-3),
+    rec("d", "c", -400.0, 2, 1, 1.25e-3, adopted=True),
+    rec("e", "c", -700.0, 2, 0, 1e-3),
+    rec("f", "d", -200.0, 3, 1, 1.25e-3),
+    rec("g", "d", None, 3, 2, 1e-3, status="failed"),
+]
+
+
+def test_ancestors_then_descendants_with_changed_hparams():
+    assert family_tree(HISTORY, "c").splitlines() == [
+        "a  gen 0  score -1500.0  agent 0",
+        "└── c  gen 1  score -900.0  agent 0  ◀",
+        "    ├── d  gen 2  score -400.0  agent 1  adopted  actor_lr=0.00125",
+        "    │   └── f  gen 3  score -200.0  agent 1",
+        "    └── e  gen 2  score -700.0  agent 0",
+    ]
+
+
+def test_unknown_key_is_a_clear_error():
+    with pytest.raises(KeyError, match="no finished segment 'zz'"):
+        family_tree(HISTORY, "zz")
+
+
+def test_cli_lineage(tmp_path):
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    for r in HISTORY:
+        store.append_history(r)
+    out = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "lineage", store.url, "f"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1].endswith("f  gen 3  score -200.0  agent 1  ◀")
+    bad = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "lineage", store.url, "zz"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no finished segment 'zz'" in bad.stderr and "Traceback" not in bad.stderr
