@@ -122,12 +122,12 @@ def _print_progress(p) -> None:
     rate = p.env_steps / p.wall_seconds if p.wall_seconds > 0 else 0.0
     if p.result is not None:
         entered = f"rank {p.rank + 1}" if p.rank is not None else "not ranked"
-        what = f"{p.result.key} score {p.result.score:9.1f} ({entered})"
+        what = f"{p.result.key} {p.result.algorithm:<4} score {p.result.score:9.1f} ({entered})"
     else:
         what = f"segment failed: {p.error}"
     best = "-" if p.best_score is None else f"{p.best_score:.1f}"
     print(f"[{p.wall_seconds:7.1f}s] {what} | best {best} | done {p.segments_completed} failed {p.segments_failed} "
-          f"| {p.env_steps:,} env steps, {rate:,.0f}/s", flush=True)
+          f"running {p.running} | {p.env_steps:,} env steps, {rate:,.0f}/s", flush=True)
 
 
 def _leaderboard(args: argparse.Namespace) -> int:

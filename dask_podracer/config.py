@@ -173,8 +173,13 @@ class ClusterConfig:
     """Where the embedded cluster's dashboard listens."""
     capacity_timeout: float = 120.0
     """Seconds a run waits with no worker offering a slot before it stops with an error."""
+    resource: str = "auto"
+    """What a segment asks of a worker: "GPU", "CPU" (one unit), "none", or "auto" (GPU if some worker
+    has one, else CPU if advertised, else one thread). Name it for an adaptive cluster that starts empty."""
 
     def __post_init__(self) -> None:
+        _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
+                 self.resource)
         _require(self.capacity_timeout > 0, "cluster.capacity_timeout", "> 0", self.capacity_timeout)
         _require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
         _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)

@@ -7,7 +7,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_podracer.config import config_from_dict
-from dask_podracer.population import run_tournament
+from dask_podracer.population import ClusterError, run_tournament
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import load_agent
 
@@ -59,3 +59,31 @@ def test_pool_grows_with_the_cluster_and_shrinks_lowest_ranked_first(tmp_path):
     assert all(store.has_checkpoint(r["key"]) for r in recorded)
     agents = store.read_run_state()["machine"]["agents"]
     assert len(agents) >= 2 and sum(a["active"] for a in agents) == 1
+
+
+SMALL = {"segment": {"env_steps": 150, "eval_episodes": 2},
+         "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32}}
+
+
+def test_pending_segments_let_an_adaptive_cluster_grow_from_nothing(tmp_path):
+    config = config_from_dict({
+        **SMALL, "run": {"env": "Pendulum-v1", "algorithm": "sac", "budget": "3m", "max_segments": 3,
+                         "store": str(tmp_path / "adapt.zarr")},
+        "tournament": {"pending": 1}, "cluster": {"resource": "CPU", "capacity_timeout": 30}})
+    with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
+        cluster.adapt(minimum=0, maximum=2, interval="200ms", wait_count=2)
+        summary = run_tournament(config, client, poll_seconds=0.2)
+    assert summary.stop_reason == "max_segments" and summary.segments_completed == 3
+
+
+def test_a_resource_no_worker_has_is_a_clear_error_not_a_hang(tmp_path):
+    config = config_from_dict({
+        **SMALL, "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": str(tmp_path / "gpu.zarr")},
+        "cluster": {"resource": "GPU", "capacity_timeout": 2.0}})
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match=r"no worker has offered \{'GPU': 1\} for \d+s.*'CPU': 1"):
+            run_tournament(config, client, poll_seconds=0.2)
+        assert time.monotonic() - started < 30

@@ -52,22 +52,28 @@ def embedded_cluster(config: ClusterConfig) -> LocalCluster:
     )
 
 
-def cluster_slots(client: Client, wait_seconds: float = 60.0, resource: dict[str, float] | None = None) -> Slots:
+def cluster_slots(client: Client, wait_seconds: float = 60.0, resource: dict[str, float] | None = None,
+                  requested: str = "auto") -> Slots:
     """The slots the cluster's workers offer now.
 
-    With `wait_seconds` > 0, wait that long for a first worker (and fail clearly if none
-    comes). With `resource` given, count that resource only (a running tournament keeps
-    asking for what it asked for at its start).
+    With `requested` "auto", wait up to `wait_seconds` for a first worker (failing clearly
+    if none comes) and ask for GPU, else CPU, else a thread, by what the workers advertise.
+    With a named resource ("GPU", "CPU", "none") nothing is waited for: an adaptive cluster
+    may start empty and grow once segments wait. `resource` keeps a running tournament
+    counting what it asked for at its start.
     """
-    if wait_seconds > 0:
+    if requested != "auto" and resource is None:
+        resource = {} if requested == "none" else {requested: 1}
+    if wait_seconds > 0 and resource is None:
         try:
             client.wait_for_workers(1, timeout=wait_seconds)
         except TimeoutError:
             raise ClusterError(f"no Dask worker joined the scheduler at {client.scheduler.address} "
                                f"within {wait_seconds:.0f}s") from None
     workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
-    names = list(resource) if resource else [GPU, CPU]
-    for name in names:
+    if resource == {}:
+        return Slots(None, sum(int(w.get("nthreads", 1)) for w in workers))
+    for name in list(resource) if resource else [GPU, CPU]:
         total = sum(w.get("resources", {}).get(name, 0) for w in workers)
         if total >= 1 or resource:
             return Slots({name: 1}, int(total))

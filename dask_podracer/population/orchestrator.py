@@ -87,7 +87,7 @@ def run_tournament(config: Config, client: Client | None = None,
     """
     check_constructs(config)
     with _client_for(config, client) as active:
-        slots = cluster_slots(active)
+        slots = cluster_slots(active, requested=config.cluster.resource)
         return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
 
@@ -173,7 +173,7 @@ class _Loop:
         if self._elapsed() >= self.config.run.budget_seconds:
             self._carry_out(self.machine.handle(BudgetReached()))
             return
-        slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources)
+        slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources or {})
         if slots.count == 0:
             self.zero_capacity_since = self.zero_capacity_since or time.monotonic()
             waited = time.monotonic() - self.zero_capacity_since

@@ -207,14 +207,11 @@ class Tournament:
                 if agent.running:
                     out.append(Cancel(eid, agent.id, agent.running))
                     agent.running = None
-            return out
-        woken = []
         for _ in range(target - len(active)):  # grow: bring back the best retired agents, then new ones
             retired = sorted((a for a in self.agents.values() if not a.active), key=self._rank_key, reverse=True)
-            agent = retired[0] if retired else self._new_agent(rng)
-            agent.active = True
-            woken.append(agent)
-        return out + self._train(eid, woken, rng)
+            (retired[0] if retired else self._new_agent(rng)).active = True
+        # every active agent without a segment gets one (also one left idle when a cancelled peer freed the limit)
+        return out + self._train(eid, [a for a in self.active_agents() if not a.running], rng)
 
     def _train(self, eid: int, idle: list[AgentState], rng: random.Random) -> list[Instruction]:
         if self.limit_reached():

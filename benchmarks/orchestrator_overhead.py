@@ -1,0 +1,99 @@
+"""How much the orchestrator's bookkeeping costs, with segments that do no training.
+
+    python benchmarks/orchestrator_overhead.py [--agents 1000] [--segments 3000] [--slots 64] [--seconds 20]
+
+1. Throughput: `--agents` agents whose segments return at once (an injected segment
+   function), run until `--segments` have finished, through our loop (state machine,
+   leaderboard, history and run state written to a real Zarr store), beside a bare
+   `as_completed` loop that submits the same tasks and keeps no books.
+2. Efficiency: segments that sleep 1 s on `--slots` slots for about `--seconds` seconds;
+   efficiency = (segments finished x 1 s) / (slots x wall-clock seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import random
+import tempfile
+import time
+
+from distributed import Client, LocalCluster, as_completed
+
+from dask_podracer.config import config_from_dict
+from dask_podracer.population import run_tournament
+from dask_podracer.train import SegmentResult, SegmentSpec
+
+
+def fake_segment(spec: SegmentSpec, sleep: float = 0.0) -> SegmentResult:
+    """A segment that trains nothing: sleeps, then reports a random score (no checkpoint is written)."""
+    time.sleep(sleep)
+    score = random.Random(spec.seed).uniform(-1500, -100)
+    return SegmentResult(key=spec.key, parent=spec.parent, algorithm=spec.algorithm, env=spec.env,
+                         hparams=spec.hparams, score=score, env_steps=1000, total_env_steps=1000, train_seconds=sleep,
+                         eval_seconds=0.0, generation=spec.generation, device="cpu", metrics={})
+
+
+def config(store: str, pool: int, segments: int, budget: str = "30m"):
+    return config_from_dict({
+        "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": store, "max_segments": segments, "budget": budget},
+        "tournament": {"pool_size": pool, "perturb": ["actor_lr"], "leaderboard_size": 16},
+    })
+
+
+def bare_loop(client: Client, agents: int, segments: int, sleep: float) -> float:
+    """Completions per second of a loop that only resubmits."""
+    spec = SegmentSpec(key="x", store_url="unused", env="Pendulum-v1", algorithm="sac", hparams={})
+    fn = functools.partial(fake_segment, sleep=sleep)
+    started = time.perf_counter()
+    queue = as_completed([client.submit(fn, spec, pure=False, resources={"CPU": 1}) for _ in range(agents)])
+    submitted, done = agents, 0
+    for future in queue:
+        future.result()
+        done += 1
+        if submitted < segments:
+            queue.add(client.submit(fn, spec, pure=False, resources={"CPU": 1}))
+            submitted += 1
+    return done / (time.perf_counter() - started)
+
+
+def our_loop(client: Client, agents: int, segments: int, sleep: float) -> tuple[float, float]:
+    """Completions per second through run_tournament, and its wall-clock seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = run_tournament(config(f"{tmp}/o.zarr", agents, segments), client,
+                                 segment_fn=functools.partial(fake_segment, sleep=sleep))
+    assert summary.segments_completed == segments, summary
+    return summary.segments_completed / summary.wall_seconds, summary.wall_seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--segments", type=int, default=3000)
+    parser.add_argument("--slots", type=int, default=64)
+    parser.add_argument("--seconds", type=int, default=20)
+    args = parser.parse_args()
+
+    with LocalCluster(n_workers=2, threads_per_worker=4, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 4}) as cluster, Client(cluster) as client:
+        bare_loop(client, 50, 200, 0.0)  # warm up: worker imports, connections
+        bare = bare_loop(client, args.agents, args.segments, 0.0)
+        ours, _ = our_loop(client, args.agents, args.segments, 0.0)
+    print(f"throughput, {args.agents} agents, {args.segments} segments that return at once, 8 worker threads:")
+    print(f"  bare as_completed loop: {bare:8.1f} completions/s")
+    print(f"  our loop (books kept):  {ours:8.1f} completions/s  = {100 * ours / bare:.0f}% of bare")
+
+    per_worker = 16
+    workers = max(1, args.slots // per_worker)
+    with LocalCluster(n_workers=workers, threads_per_worker=per_worker, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": per_worker}) as cluster, \
+            Client(cluster) as client:
+        slots = workers * per_worker
+        segments = slots * args.seconds
+        _, wall = our_loop(client, slots, segments, 1.0)
+    print(f"efficiency, 1 s segments on {slots} slots, {segments} segments:")
+    print(f"  ideal {args.seconds:.1f} s, took {wall:.1f} s: efficiency {100 * args.seconds / wall:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

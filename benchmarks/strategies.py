@@ -1,0 +1,84 @@
+"""Generator strategies compared on Pendulum from a deliberately wide prior, at the same wall-clock budget.
+
+    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 40s] [--strategies tournament pbt generational random]
+
+Every run: SAC, 4 agents on the embedded LocalCluster's slots, hyper-parameters drawn
+from wide priors (learning rates over three decades, gamma and tau over wide ranges),
+1,000 env steps per segment, the same budget. Prints per strategy and seed the best
+evaluation score at the end of the budget and the seconds until the best score first
+reached -200 (from the run's own curve), then how often tournament beat random search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+from dask_podracer.config import config_from_dict, parse_duration
+from dask_podracer.population import run_tournament
+
+PRIOR = {
+    "actor_lr": {"log_uniform": [1e-5, 1e-2]},
+    "critic_lr": {"log_uniform": [1e-5, 1e-2]},
+    "gamma": {"uniform": [0.8, 0.999]},
+    "tau": {"log_uniform": [1e-3, 1e-1]},
+}
+
+
+def run(strategy: str, seed: int, budget: str) -> tuple[float, float | None]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = config_from_dict({
+            "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": f"{tmp}/s.zarr", "budget": budget,
+                    "seed": seed},
+            "tournament": {"strategy": strategy, "pool_size": 4, "fresh_agents": 4, "quantile": 0.25,
+                           "perturb": ["actor_lr", "critic_lr", "gamma", "tau"], "resample_probability": 0.25},
+            "segment": {"env_steps": 1000, "eval_episodes": 10},
+            "cluster": {"dashboard_address": "127.0.0.1:0"},
+            "hparams": {"num_envs": 4, "utd_ratio": 1.0, "hidden": [64, 64], "learning_starts": 500},
+            "search": PRIOR,
+        })
+        summary = run_tournament(config)
+    reached = next((p["wall_seconds"] for p in summary.history
+                    if p["best_score"] is not None and p["best_score"] >= -200), None)
+    return summary.best_score, reached
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--budget", default="40s")
+    parser.add_argument("--strategies", nargs="+", default=["tournament", "pbt", "generational", "random"])
+    args = parser.parse_args()
+    parse_duration(args.budget)
+    results: dict[str, list[tuple[float, float | None]]] = {}
+    print(f"{'strategy':<13} {'seed':>4} {'best':>8} {'s to -200':>9}", flush=True)
+    for strategy in args.strategies:
+        for seed in args.seeds:
+            best, reached = run(strategy, seed, args.budget)
+            results.setdefault(strategy, []).append((best, reached))
+            shown = f"{reached:9.1f}" if reached is not None else f"{'-':>9}"
+            print(f"{strategy:<13} {seed:>4} {best:>8.1f} {shown}", flush=True)
+    print()
+    print(f"{'strategy':<13} {'median best':>11} {'reached -200':>12} {'median s to -200':>16}")
+    for strategy, rows in results.items():
+        bests = sorted(b for b, _ in rows)
+        times = sorted(t for _, t in rows if t is not None)
+        median_time = f"{times[len(times) // 2]:.1f}" if times else "-"
+        print(f"{strategy:<13} {bests[len(bests) // 2]:>11.1f} {len(times):>9}/{len(rows)} {median_time:>16}")
+    if "tournament" in results and "random" in results:
+        wins = sum(_beats(t, r) for t, r in zip(results["tournament"], results["random"]))
+        print(f"tournament beat random search on {wins} of {len(results['random'])} seeds "
+              "(reached -200 sooner, or a better best score when neither or both missed it)")
+
+
+def _beats(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool:
+    (best_a, time_a), (best_b, time_b) = a, b
+    if time_a is not None and time_b is not None:
+        return time_a < time_b
+    if (time_a is None) != (time_b is None):
+        return time_a is not None
+    return best_a > best_b
+
+
+if __name__ == "__main__":
+    main()
