@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--store", metavar="PATH_OR_URL", help="Zarr store (default: the config's run.store)")
     train.add_argument("--scheduler", metavar="ADDRESS",
                        help="connect to this Dask scheduler instead of starting a LocalCluster")
+    train.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate of a TLS-secured scheduler")
+    train.add_argument("--tls-cert", metavar="PEM", help="this client's certificate (with --scheduler tls://...)")
+    train.add_argument("--tls-key", metavar="PEM", help="this client's private key")
     train.add_argument("--budget", metavar="DURATION", help="wall-clock budget, e.g. 90s, 10m, 1h (overrides run.budget)")
     train.add_argument("--json", metavar="SUMMARY", help="write a run summary as JSON to this file")
     train.add_argument("--quiet", action="store_true", help="print only the final summary")
@@ -72,7 +75,8 @@ def _train(args: argparse.Namespace) -> int:
             config = config.replace(**overrides)
     except ConfigError as e:
         raise UserError(str(e)) from None
-    summary = _run(config, args.scheduler, quiet=args.quiet)
+    security = _security(args)
+    summary = _run(config, args.scheduler, quiet=args.quiet, security=security)
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, {summary.segments_completed} segments "
@@ -85,7 +89,22 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(config, scheduler: str | None, quiet: bool):
+def _security(args: argparse.Namespace):
+    files = [args.tls_ca_file, args.tls_cert, args.tls_key]
+    if not any(files):
+        return None
+    if not all(files):
+        raise UserError("--tls-ca-file, --tls-cert and --tls-key go together")
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise UserError(f"no such file: {missing[0]}")
+    from distributed import Security
+
+    return Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert, tls_client_key=args.tls_key,
+                    require_encryption=True)
+
+
+def _run(config, scheduler: str | None, quiet: bool, security=None):
     from dask_podracer.population import ClusterError, check_constructs, embedded_cluster, run_tournament
     from dask_podracer.store import StoreError
 
@@ -102,8 +121,11 @@ def _run(config, scheduler: str | None, quiet: bool):
                 _say(quiet, f"embedded LocalCluster: {len(cluster.workers)} workers, "
                             f"dashboard {client.dashboard_link}")
                 return run_tournament(config, client, on_progress=printer)
+        if scheduler.startswith("tls://") and security is None:
+            raise UserError(f"cannot reach the Dask scheduler at {scheduler} without TLS: "
+                            "give --tls-ca-file, --tls-cert and --tls-key")
         try:
-            client = Client(scheduler, timeout="10s")
+            client = Client(scheduler, timeout="10s", security=security)
         except OSError as e:
             raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
         with client:

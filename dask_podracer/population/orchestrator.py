@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from distributed import Client, Future, as_completed, wait
+from distributed.comm.core import CommClosedError
 
 from dask_podracer.agents import make_agent
 from dask_podracer.config import Config
 from dask_podracer.envs import make_vec_env
-from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots, embedded_cluster
+from dask_podracer.population.cluster import ClusterError, Slots, check_store_access, cluster_slots, embedded_cluster
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
                                                  SegmentFailed, SegmentFinished, Stop, Tournament, Train)
@@ -88,6 +89,8 @@ def run_tournament(config: Config, client: Client | None = None,
     check_constructs(config)
     with _client_for(config, client) as active:
         slots = cluster_slots(active, requested=config.cluster.resource)
+        PodracerStore(config.store_url, create=True)
+        check_store_access(active, config.store_url)
         return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
 
@@ -163,7 +166,10 @@ class _Loop:
         else:
             error = self.last_error = _describe_error(future)
             self.failed += 1
-            event = SegmentFailed(train.agent, train.key, error)
+            damaged = train.plan.parent if error.startswith("ChecksumError") else None
+            if damaged and not self.store.is_quarantined(damaged):
+                self.store.quarantine(damaged, error)
+            event = SegmentFailed(train.agent, train.key, error, quarantined=damaged)
         instructions = self.machine.handle(event)
         self._record(train, result, error, instructions)
         self._carry_out(instructions)
@@ -173,7 +179,11 @@ class _Loop:
         if self._elapsed() >= self.config.run.budget_seconds:
             self._carry_out(self.machine.handle(BudgetReached()))
             return
-        slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources or {})
+        try:
+            slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources or {})
+        except (OSError, CommClosedError) as e:
+            raise ClusterError(f"lost the Dask scheduler at {self.client.scheduler.address} ({type(e).__name__}); "
+                               "everything recorded is in the store: run again on a cluster to resume") from None
         if slots.count == 0:
             self.zero_capacity_since = self.zero_capacity_since or time.monotonic()
             waited = time.monotonic() - self.zero_capacity_since

@@ -35,6 +35,8 @@ class SegmentFailed:
     agent: int
     key: str
     error: str
+    quarantined: str | None = None
+    """A checkpoint the segment found damaged (failed its checksum): never to be used again."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,14 +182,28 @@ class Tournament:
     def _failed(self, eid: int, event: SegmentFailed, rng: random.Random) -> list[Instruction]:
         agent = self.agents[event.agent]
         agent.running = None
+        out: list[Instruction] = []
+        if event.quarantined:
+            out += self._forget(eid, event.quarantined)
         self.counters["segments_failed"] += 1
         self.counters["failed_in_a_row"] += 1
         self.completed_now += 1
         if self.stopped:
-            return []
+            return out
         if self.counters["failed_in_a_row"] >= max(3, 2 * self.target_agents()):
-            return self._stop(eid, "failing", cancel=True)  # every slot failed twice in a row
-        return self._after_segment(eid, agent, rng)
+            return out + self._stop(eid, "failing", cancel=True)  # every slot failed twice in a row
+        return out + self._after_segment(eid, agent, rng)
+
+    def _forget(self, eid: int, key: str) -> list[Instruction]:
+        """A damaged checkpoint leaves the board, and agents built on it start again from scratch."""
+        out: list[Instruction] = []
+        if any(e["key"] == key for e in self.board):
+            self.board = [e for e in self.board if e["key"] != key]
+            out.append(Evict(eid, key))
+        for agent in self.agents.values():
+            if agent.checkpoint == key:
+                agent.checkpoint, agent.score, agent.generation = None, None, 0
+        return out
 
     def _after_segment(self, eid: int, agent: AgentState, rng: random.Random) -> list[Instruction]:
         limit = self.config.run.max_segments

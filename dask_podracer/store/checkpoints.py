@@ -132,11 +132,23 @@ def publication(meta: dict[str, Any] | None, key: str, where: str) -> dict[str, 
     return attrs
 
 
+def quarantine(store: Store, key: str, reason: str) -> None:
+    """Mark a published checkpoint as never to be loaded again (its data stay, for inspection)."""
+
+    async def write() -> None:
+        group = await za.open_group(store=store, path=group_path(key), mode="r+", zarr_format=3, use_consolidated=False)
+        await group.update_attributes({"quarantined": reason})
+
+    sync(write())
+
+
 def read_checkpoint(store: Store, key: str, where: str) -> Checkpoint:
     """Load a published checkpoint and verify its checksum."""
     doc = published_doc(store, key, where)
     if doc is None:
         raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{where}'")
+    if doc.get("quarantined"):
+        raise CheckpointNotFound(f"checkpoint '{key}' in store '{where}' is quarantined: {doc['quarantined']}")
     names = list(doc["arrays"])
 
     async def read_all() -> list[np.ndarray]:

@@ -13,7 +13,7 @@ from zarr.errors import ContainsGroupError
 
 from . import checkpoints as ck
 from . import tables
-from ._zarrio import list_children, local_path, open_zarr_store, read_json, read_jsons, resolve_url
+from ._zarrio import list_children, local_path, open_zarr_store, read_json, read_jsons, resolve_url, sync
 from .format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -159,6 +159,31 @@ class PodracerStore:
             elif doc is not None and (doc.get("attributes") or {}).get("complete") is True:
                 found.append(key)
         return sorted(found)
+
+    def quarantine(self, key: str, reason: str) -> None:
+        """Never load checkpoint ``key`` again (e.g. it failed its checksum); its data stay for inspection."""
+        if ck.published_doc(self._store, validate_key(key), self._url) is None:
+            raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{self._url}'")
+        ck.quarantine(self._store, key, " ".join(reason.split())[:500])
+
+    def is_quarantined(self, key: str) -> bool:
+        doc = ck.published_doc(self._store, validate_key(key), self._url)
+        return bool(doc and doc.get("quarantined"))
+
+    def check_access(self, probe: str) -> None:
+        """Write, read back and delete a small probe: raises StoreError if this process cannot.
+
+        Run on every worker before a tournament starts, so a store path only the client
+        can see fails at once, with the path in the message, instead of in every segment.
+        """
+        path = f"{tables.RUN}/probe-{validate_key(probe)}"
+        try:
+            tables.write_attrs(self._store, path, {"probe": probe})
+            if tables.read_attr(self._store, path, "probe", None, self._url) != probe:
+                raise StoreError(f"store '{self._url}' did not return what was written to it")
+            sync(self._store.delete_dir(path))
+        except OSError as e:
+            raise StoreError(f"cannot write to store '{self._url}': {e}") from None
 
     def checkpoint_attrs(self, key: str) -> dict:
         """The JSON attrs a checkpoint was saved with, without reading its arrays."""
