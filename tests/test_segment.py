@@ -82,3 +82,10 @@ def test_parent_of_another_algorithm_or_env_is_refused(store):
     run_segment(spec(store, "a"))
     with pytest.raises(SegmentError, match="parent a is sac on Pendulum-v1, not ppo on Pendulum-v1"):
         run_segment(spec(store, "b", parent="a", algorithm="ppo", hparams={}))
+
+
+def test_a_segment_run_twice_returns_the_saved_result_without_training_again(store):
+    first = run_segment(spec(store, "a"))
+    again = run_segment(spec(store, "a"))  # e.g. Dask re-ran it after its worker died past the save
+    assert again.score == first.score and again.total_env_steps == first.total_env_steps
+    assert again.train_seconds == 0.0 and store.checkpoint_keys() == ["a"]

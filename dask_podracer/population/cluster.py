@@ -94,8 +94,10 @@ def check_store_access(client: Client, url: str) -> None:
     A path that only the client can see (a local directory on a multi-machine cluster,
     a ``memory://`` store) fails here, once, naming the worker, not in every segment.
     """
+    from dask_podracer.store import StoreError
+
     answers = client.run(_probe_store, url, on_error="return")
     for worker, answer in sorted(answers.items()):
-        if isinstance(answer, BaseException):
+        if isinstance(answer, StoreError):  # not a worker that died meanwhile: that is Dask's to handle
             reason = str(answer).splitlines()[0] if str(answer) else type(answer).__name__
             raise ClusterError(f"worker {worker} cannot use the store '{url}': {reason}")

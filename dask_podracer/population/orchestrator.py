@@ -180,8 +180,10 @@ class _Loop:
             self._carry_out(self.machine.handle(BudgetReached()))
             return
         try:
+            if self.client.status != "running":
+                raise CommClosedError(f"client is {self.client.status}")
             slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources or {})
-        except (OSError, CommClosedError) as e:
+        except (OSError, CommClosedError, KeyError) as e:  # KeyError: an empty identity once the link is gone
             raise ClusterError(f"lost the Dask scheduler at {self.client.scheduler.address} ({type(e).__name__}); "
                                "everything recorded is in the store: run again on a cluster to resume") from None
         if slots.count == 0:
