@@ -47,7 +47,8 @@ class RunConfig:
     """Seeds the generator and every segment (segment i uses a seed derived from it)."""
 
     def __post_init__(self) -> None:
-        _require(self.env in registered_envs(), "run.env", f"one of {registered_envs()}", self.env)
+        _require(self.env in registered_envs() or self.env.startswith("gym:"), "run.env",
+                 f"one of {registered_envs()} or a gymnasium id as 'gym:<id>'", self.env)
         object.__setattr__(self, "env", canonical_env_name(self.env))
         if self.algorithm is not None:
             _require(self.algorithm in registered_algorithms(), "run.algorithm",
