@@ -55,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--top", type=int, default=0, help="show only the N best entries")
     board.set_defaults(func=_leaderboard)
 
+    plot = commands.add_parser("plot", help="write the learning curves of a store",
+                               description="Write reward vs wall-clock time and reward vs env steps, per agent and "
+                                           "best so far, from a store's history: .html (Bokeh) or .png (matplotlib).")
+    plot.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    plot.add_argument("--out", required=True, metavar="FILE", help="curves.html or curves.png")
+    plot.set_defaults(func=_plot)
+
     lineage = commands.add_parser("lineage", help="print a checkpoint's family tree",
                                   description="Print the ancestors of KEY from the first segment of its lineage, "
                                               "then all its descendants, with the hyper-parameters each changed.")
@@ -165,6 +172,19 @@ def _leaderboard(args: argparse.Namespace) -> int:
         print(json.dumps(entries, indent=2))
     else:
         print(format_leaderboard(entries))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from dask_podracer.dashboard import write_plot
+    from dask_podracer.store import PodracerStore, StoreError
+
+    try:
+        store = PodracerStore(args.store)
+        out = write_plot(store.read_history(), args.out, title=Path(store.url).name)
+    except (StoreError, ValueError) as e:
+        raise UserError(str(e)) from None
+    print(f"wrote {out}")
     return 0
 
 

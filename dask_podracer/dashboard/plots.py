@@ -1,0 +1,96 @@
+"""The seeds' two learning curves, from a store's history: reward vs wall-clock time and vs env steps.
+
+One line per agent (its segments' evaluation scores) and the best score so far.
+`podracer plot STORE --out curves.html` writes them as a standalone Bokeh page;
+`--out curves.png` uses matplotlib if it is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def curves(history: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Series to plot: {"agent N" | "best": {"wall_seconds": [...], "env_steps": [...], "score": [...]}}."""
+    series: dict[str, dict[str, list[float]]] = {}
+    best = None
+    for record in history:
+        if record.get("status") != "finished" or record.get("score") is None:
+            continue
+        point = (float(record["wall_seconds"]), float(record["run_env_steps"]), float(record["score"]))
+        agent = f"agent {record.get('agent', '?')}"
+        for name, score in ((agent, point[2]),):
+            line = series.setdefault(name, {"wall_seconds": [], "env_steps": [], "score": []})
+            line["wall_seconds"].append(point[0])
+            line["env_steps"].append(point[1])
+            line["score"].append(score)
+        best = point[2] if best is None else max(best, point[2])
+        line = series.setdefault("best", {"wall_seconds": [], "env_steps": [], "score": []})
+        line["wall_seconds"].append(point[0])
+        line["env_steps"].append(point[1])
+        line["score"].append(best)
+    return series
+
+
+def write_plot(history: Sequence[Mapping[str, Any]], out: str | Path, title: str = "dask_podracer") -> Path:
+    """Write both curves to `out` (.html with Bokeh, .png with matplotlib)."""
+    out = Path(out)
+    data = curves(history)
+    if not data:
+        raise ValueError("the store's history has no finished segment to plot")
+    if out.suffix == ".html":
+        _bokeh(data, out, title)
+    elif out.suffix == ".png":
+        _matplotlib(data, out, title)
+    else:
+        raise ValueError(f"cannot write {out.name!r}: the output must end in .html or .png")
+    return out
+
+
+def _bokeh(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> None:
+    from bokeh.layouts import row
+    from bokeh.models import ColumnDataSource
+    from bokeh.palettes import Category10_10
+    from bokeh.plotting import figure, output_file, save
+
+    plots = []
+    for x, label in (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps")):
+        fig = figure(title=f"{title}: episodic reward vs {label}", x_axis_label=label, y_axis_label="evaluation return",
+                     width=600, height=400)
+        for i, (name, line) in enumerate(sorted(data.items())):
+            source = ColumnDataSource(line)
+            if name == "best":
+                fig.line(x, "score", source=source, line_width=3, color="black", legend_label="best so far")
+            else:
+                color = Category10_10[i % 10]
+                fig.scatter(x, "score", source=source, color=color, legend_label=name, size=6)
+                fig.line(x, "score", source=source, color=color, alpha=0.5, legend_label=name)
+        fig.legend.location = "bottom_right"
+        fig.legend.click_policy = "hide"
+        plots.append(fig)
+    output_file(out, title=title, mode="inline")  # inline: the page opens without network access
+    save(row(*plots))
+
+
+def _matplotlib(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("writing PNG needs matplotlib (pip install matplotlib), or write .html") from None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, (x, label) in zip(axes, (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps"))):
+        for name, line in sorted(data.items()):
+            style = {"color": "black", "linewidth": 2.5} if name == "best" else {"marker": "o", "alpha": 0.6}
+            ax.plot(line[x], line["score"], label="best so far" if name == "best" else name, **style)
+        ax.set_xlabel(label)
+        ax.set_ylabel("evaluation return")
+        ax.set_title(f"{title}: reward vs {label}")
+    axes[1].legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
