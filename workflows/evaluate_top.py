@@ -1,0 +1,60 @@
+"""Evaluate the top K of a leaderboard on fresh seeds and write a report (JSON and Markdown).
+
+    python workflows/evaluate_top.py STORE [--top 5] [--episodes 20] [--seed 7] [--out report]
+
+Scores on the leaderboard come from the seeds the tournament evaluated with; this
+re-evaluates each entry deterministically on `--episodes` envs reset from `--seed`, so a
+lucky checkpoint shows as one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from dask_podracer.envs import make_vec_env
+from dask_podracer.store import PodracerStore, StoreError
+from dask_podracer.train import evaluate, load_agent
+
+
+def report(store: PodracerStore, top: int, episodes: int, seed: int) -> list[dict]:
+    rows = []
+    for rank, entry in enumerate(store.read_leaderboard()[:top], 1):
+        agent = load_agent(store, entry["key"])
+        env = make_vec_env(entry.get("env") or store.checkpoint_attrs(entry["key"])["env"], episodes, seed=seed)
+        fresh = evaluate(agent, env, seed=seed)
+        rows.append({"rank": rank, "key": entry["key"], "algorithm": entry["algorithm"],
+                     "leaderboard_score": entry["score"], "fresh_score": fresh, "env_steps": entry["env_steps"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("store")
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default="report", help="writes OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        rows = report(PodracerStore(args.store), args.top, args.episodes, args.seed)
+    except StoreError as e:
+        print(f"evaluate_top: error: {e}", file=sys.stderr)
+        return 2
+    Path(f"{args.out}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    lines = [f"# Top {len(rows)} of {args.store} on {args.episodes} fresh episodes (seed {args.seed})", "",
+             "| rank | key | algorithm | leaderboard score | fresh score | env steps |", "| ---: | --- | --- | ---: | ---: | ---: |"]
+    lines += [f"| {r['rank']} | {r['key']} | {r['algorithm']} | {r['leaderboard_score']:.1f} | {r['fresh_score']:.1f} | "
+              f"{r['env_steps']:,} |" for r in rows]
+    Path(f"{args.out}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

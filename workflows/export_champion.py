@@ -1,0 +1,107 @@
+"""Export a store's champion: a TorchScript policy and a JSON card, loadable without dask_podracer.
+
+    python workflows/export_champion.py STORE OUT_DIR [--key KEY] [--episodes 10]
+
+Writes OUT_DIR/policy.pt (TorchScript: observations [B, obs_dim] float32 -> deterministic
+actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage, and the
+evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from dask_podracer.envs import make_vec_env
+from dask_podracer.lineage import family_tree
+from dask_podracer.store import PodracerStore, StoreError
+from dask_podracer.train import SegmentSpec, load_agent
+
+
+class _Policy(torch.nn.Module):
+    """The agent's deterministic action function, as a module that tracing can record."""
+
+    def __init__(self, agent) -> None:
+        super().__init__()
+        self.agent = agent
+        for name in ("actor", "q_network", "policy", "critic"):  # register what the agent's act() uses
+            if isinstance(getattr(agent, name, None), torch.nn.Module):
+                self.add_module(name, getattr(agent, name))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.agent.act(obs, deterministic=True)
+
+
+def export(store: PodracerStore, out: Path, key: str | None = None, episodes: int = 10,
+           seed: int = SegmentSpec.eval_seed) -> dict:
+    board = store.read_leaderboard()
+    if key is None:
+        if not board:
+            raise StoreError(f"the leaderboard of '{store.url}' is empty: nothing to export")
+        key = board[0]["key"]
+    agent = load_agent(store, key)
+    attrs = store.checkpoint_attrs(key)
+    env = make_vec_env(attrs["env"], 1)
+    example = torch.as_tensor(env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)
+    policy = _Policy(agent).requires_grad_(False)  # a traced graph keeps no no_grad context: drop grads here
+    scripted = torch.jit.trace(policy, example.repeat(4, 1), check_trace=False)
+    out.mkdir(parents=True, exist_ok=True)
+    scripted.save(str(out / "policy.pt"))
+    card = {
+        "key": key, "env": attrs["env"], "algorithm": attrs["algorithm"], "score": attrs["score"],
+        "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
+        "hparams": attrs["hparams"], "store": store.url,
+        "evaluation": _evaluation(agent, attrs["env"], episodes, seed),
+        "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
+        "observation_shape": list(env.single_observation_space.shape),
+        "action_space": str(env.single_action_space),
+    }
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+@torch.no_grad()
+def _evaluation(agent, env_name: str, episodes: int, seed: int) -> dict:
+    """The deterministic evaluation the score comes from, with each episode's first observation and return,
+    so it can be replayed without dask_podracer (e.g. in gymnasium from the same initial states)."""
+    env = make_vec_env(env_name, episodes, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    first = obs.clone()
+    returns = torch.zeros(episodes, dtype=torch.float64)
+    running = torch.ones(episodes, dtype=torch.bool)
+    for _ in range(env.max_episode_steps):
+        obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
+        returns += reward.double() * running
+        running &= ~(terminated | truncated)
+    return {"seed": seed, "episodes": episodes, "score": float(returns.mean()), "returns": returns.tolist(),
+            "initial_observations": first.tolist(), "max_episode_steps": env.max_episode_steps}
+
+
+def _in_history(store: PodracerStore, key: str) -> bool:
+    return any(r.get("key") == key and r.get("status") == "finished" for r in store.read_history())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("store", help="Zarr store path or URL")
+    parser.add_argument("out", help="directory to write policy.pt and card.json into")
+    parser.add_argument("--key", help="a checkpoint key (default: the leaderboard's best)")
+    parser.add_argument("--episodes", type=int, default=10,
+                        help="evaluation episodes recorded in the card (the run's segment.eval_episodes reproduces "
+                             "the leaderboard score)")
+    args = parser.parse_args(argv)
+    try:
+        card = export(PodracerStore(args.store), Path(args.out), args.key, episodes=args.episodes)
+    except StoreError as e:
+        print(f"export_champion: error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {card['key']} ({card['algorithm']} on {card['env']}, score {card['score']:.1f}) to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Resume a named tournament on a given cluster for a budget: meant for cron or any scheduler.
+
+    python workflows/resume.py CONFIG [--store PATH_OR_URL] [--scheduler ADDRESS] [--budget 30m] [--json SUMMARY]
+
+The same as `podracer train` (it resumes whatever the store holds), with a quiet log
+line per run for a scheduler's log: what it did, and where the store is. Example crontab
+line, a 50-minute slice every hour on an existing cluster:
+
+    0 * * * * cd /srv/podracer && python workflows/resume.py configs/ant.toml --scheduler tcp://head:8786 --budget 50m --json runs/last.json >> runs/cron.log 2>&1
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+from dask_podracer.cli import main as podracer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config")
+    parser.add_argument("--store")
+    parser.add_argument("--scheduler")
+    parser.add_argument("--budget", default="30m")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    command = ["train", args.config, "--budget", args.budget, "--quiet"]
+    for flag in ("store", "scheduler", "json"):
+        if getattr(args, flag):
+            command += [f"--{flag}", getattr(args, flag)]
+    print(f"{datetime.datetime.now().isoformat(timespec='seconds')} resume: podracer {' '.join(command)}", flush=True)
+    return podracer(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
