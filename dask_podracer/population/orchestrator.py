@@ -23,6 +23,7 @@ from dask_podracer.agents import make_agent
 from dask_podracer.config import Config
 from dask_podracer.envs import make_vec_env
 from dask_podracer.population.cluster import ClusterError, Slots, check_store_access, cluster_slots, embedded_cluster
+from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
                                                  SegmentFailed, SegmentFinished, Stop, Tournament, Train)
@@ -89,8 +90,9 @@ def run_tournament(config: Config, client: Client | None = None,
     check_constructs(config)
     with _client_for(config, client) as active:
         slots = cluster_slots(active, requested=config.cluster.resource)
-        PodracerStore(config.store_url, create=True)
+        store = PodracerStore(config.store_url, create=True)
         check_store_access(active, config.store_url)
+        active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
         return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
 

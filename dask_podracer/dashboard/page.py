@@ -1,0 +1,90 @@
+"""The Podracer page of the Dask dashboard, as HTML: leaderboard, training pool, learning curves.
+
+Pure rendering from plain data (store tables and the scheduler's running segments); the
+scheduler plugin in `population/monitor.py` serves it at `/individual-podracer`.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dask_podracer.dashboard.plots import curves
+
+REFRESH_SECONDS = 5
+
+
+def render_page(board: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]],
+                running: Sequence[Mapping[str, Any]], store_url: str) -> str:
+    """The whole page. `running`: {key, worker, since (epoch seconds), agent, hparams} per training segment."""
+    body = [f"<h1>Podracer</h1><p class='store'>store: <code>{_e(store_url)}</code> · refreshes every "
+            f"{REFRESH_SECONDS} s · read-only</p>",
+            "<h2>Leaderboard</h2>", _leaderboard(board),
+            "<h2>Training pool</h2>", _pool(running),
+            "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(history)]
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Podracer</title>"
+            f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'><style>{_CSS}</style></head>"
+            f"<body>{''.join(body)}</body></html>")
+
+
+def _leaderboard(board: Sequence[Mapping[str, Any]]) -> str:
+    if not board:
+        return "<p>(empty)</p>"
+    rows = "".join(f"<tr><td>{i}</td><td class='key'>{_e(e['key'])}</td><td>{e['score']:.1f}</td>"
+                   f"<td>{e['env_steps']:,}</td><td>{_e(e.get('group') or e['algorithm'])}</td>"
+                   f"<td>{e.get('generation', 0)}</td><td>{_e(e.get('parent') or '-')}</td></tr>"
+                   for i, e in enumerate(board, 1))
+    return ("<table><tr><th>rank</th><th>key</th><th>score</th><th>env steps</th><th>group</th><th>gen</th>"
+            f"<th>parent</th></tr>{rows}</table>")
+
+
+def _pool(running: Sequence[Mapping[str, Any]]) -> str:
+    if not running:
+        return "<p>(no segment is training)</p>"
+    now = time.time()
+    rows = "".join(
+        f"<tr><td class='key'>{_e(r['key'])}</td><td>{_e(str(r.get('agent', '-')))}</td><td>{_e(r['worker'])}</td>"
+        f"<td>{now - r['since']:.0f} s</td><td>{_e(_hparams(r.get('hparams') or {}))}</td></tr>" for r in running)
+    return ("<table><tr><th>segment</th><th>agent</th><th>worker</th><th>running for</th><th>hyper-parameters</th>"
+            f"</tr>{rows}</table>")
+
+
+def _curves(history: Sequence[Mapping[str, Any]]) -> str:
+    data = curves(history)
+    if not data:
+        return "<p>(no finished segment yet)</p>"
+    from bokeh.embed import components
+    from bokeh.layouts import row
+    from bokeh.plotting import figure
+    from bokeh.resources import INLINE
+
+    figs = []
+    for x, label in (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps")):
+        fig = figure(x_axis_label=label, y_axis_label="evaluation return", width=520, height=340)
+        for name, line in sorted(data.items()):
+            if name == "best":
+                fig.line(line[x], line["score"], line_width=3, color="black")
+            else:
+                fig.scatter(line[x], line["score"], size=5, alpha=0.6)
+        figs.append(fig)
+    script, div = components(row(*figs))
+    return INLINE.render_js() + script + div  # inline: no network needed to draw
+
+
+def _hparams(hparams: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(hparams.items()))
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text))
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin-bottom: 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+td.key { font-family: monospace; text-align: left; }
+.store { color: #666; }
+"""
