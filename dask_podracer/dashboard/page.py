@@ -57,17 +57,19 @@ def _curves(history: Sequence[Mapping[str, Any]]) -> str:
         return "<p>(no finished segment yet)</p>"
     from bokeh.embed import components
     from bokeh.layouts import row
+    from bokeh.palettes import Category10_10
     from bokeh.plotting import figure
     from bokeh.resources import INLINE
 
     figs = []
     for x, label in (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps")):
         fig = figure(x_axis_label=label, y_axis_label="evaluation return", width=520, height=340)
-        for name, line in sorted(data.items()):
+        for i, (name, line) in enumerate(sorted(data.items())):
             if name == "best":
-                fig.line(line[x], line["score"], line_width=3, color="black")
+                fig.line(line[x], line["score"], line_width=3, color="black", legend_label="best so far")
             else:
-                fig.scatter(line[x], line["score"], size=5, alpha=0.6)
+                fig.scatter(line[x], line["score"], size=6, alpha=0.7, color=Category10_10[i % 10], legend_label=name)
+        fig.legend.location = "bottom_right"
         figs.append(fig)
     script, div = components(row(*figs))
     return INLINE.render_js() + script + div  # inline: no network needed to draw
