@@ -86,7 +86,21 @@ def test_resume_workflow_runs_a_tiny_budget(tmp_path):
     assert len(PodracerStore(tmp_path / "r.zarr").read_history()) == 2
 
 
-@pytest.mark.parametrize("script", ["export_champion.py", "chaos.py", "evaluate_top.py", "resume.py"])
+def test_clusters_workflow_runs_locally_and_names_missing_deployments(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nmax_segments = 2\n'
+                      '[segment]\nenv_steps = 100\neval_episodes = 2\n'
+                      '[hparams]\nhidden = [16, 16]\nnum_envs = 2\nlearning_starts = 50\nbatch_size = 32\n')
+    run = subprocess.run([sys.executable, str(ROOT / "workflows" / "clusters.py"), "local", str(config), "--workers",
+                          "1", "--store", str(tmp_path / "c.zarr")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "stopped: max_segments" in run.stdout
+    missing = subprocess.run([sys.executable, str(ROOT / "workflows" / "clusters.py"), "slurm", str(config)],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "slurm needs dask_jobqueue" in missing.stderr
+
+
+@pytest.mark.parametrize("script", ["export_champion.py", "chaos.py", "evaluate_top.py", "resume.py", "clusters.py"])
 def test_workflow_scripts_answer_help(script):
     run = subprocess.run([sys.executable, str(ROOT / "workflows" / script), "--help"], capture_output=True, text=True,
                          timeout=60)
