@@ -24,16 +24,18 @@ class PodracerPage(SchedulerPlugin):
         self.started: dict[str, float] = {}  # segment key -> when it began processing
 
     async def start(self, scheduler: Any) -> None:
+        if getattr(scheduler, "_podracer_route", False):
+            return  # a later run re-registered the plugin: the route already asks for the current one
         from tornado import web
-
-        plugin = self
 
         class Handler(web.RequestHandler):
             def get(self) -> None:
+                plugin = scheduler.plugins.get(PodracerPage.name)  # the latest run's plugin, by name
                 self.set_header("Content-Type", "text/html; charset=utf-8")
-                self.write(plugin.render(scheduler))
+                self.write(plugin.render(scheduler) if plugin else "<p>no tournament has run here</p>")
 
         scheduler.http_application.add_handlers(r".*", [(ROUTE, Handler)])
+        scheduler._podracer_route = True
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if isinstance(key, str) and key.startswith("segment-"):

@@ -31,6 +31,9 @@ from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentResult, SegmentSpec
 
 SegmentFunction = Callable[[SegmentSpec], SegmentResult]
+FLUSH_SECONDS = 1.0
+"""Tables are written at most this often (and when the run stops): a client killed in between
+loses the records of at most the last second, never a checkpoint or an earlier record."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +120,9 @@ class _Loop:
         self.invocations = int(saved.get("invocations", 0)) + 1
         self.machine = Tournament(config, self.store.read_leaderboard(), saved.get("machine"))
         self.futures: dict[str, tuple[Future, Train]] = {}
-        self.queue = as_completed()
+        # with_results: the queue gathers each result as its future finishes, in the background,
+        # instead of one blocking round trip per `future.result()` in this loop
+        self.queue = as_completed(with_results=True, raise_errors=False)
         self.started = time.monotonic()
         self.completed = self.failed = self.env_steps = 0
         self.last_error: str | None = None
@@ -127,46 +132,49 @@ class _Loop:
         self.unwritten_history: list[dict[str, Any]] = []
         self.board_changed = False
         self.dirty = True  # the machine's state differs from the store's
+        self.flushed = 0.0  # when the tables were last written
 
     def run(self) -> RunSummary:
         try:
             self._carry_out(self.machine.handle(CapacityChanged(self.slots.count)))
             next_poll = time.monotonic() + self.poll_seconds
             while not self.stop_reason:
-                for future in self._next_batch(timeout=max(0.0, next_poll - time.monotonic())):
-                    self._segment_ended(future)
+                for future, outcome in self._next_batch(timeout=max(0.0, next_poll - time.monotonic())):
+                    self._segment_ended(future, outcome)
                     if self.stop_reason:
                         break
                 if not self.stop_reason and time.monotonic() >= next_poll:
                     self._poll()
                     next_poll = time.monotonic() + self.poll_seconds
-                self._flush()  # one write of each table per batch of events, not per event
+                if time.monotonic() - self.flushed >= FLUSH_SECONDS:
+                    self._flush()  # one write of each table per second at most, not per event
         finally:
             self._finish()
         return self._summary()
 
     # -- events in ---------------------------------------------------------------------------
-    def _next_batch(self, timeout: float) -> list[Future]:
+    def _next_batch(self, timeout: float) -> list[tuple[Future, Any]]:
         """Whatever finished, waiting at most `timeout` seconds for something to (as_completed, with a tick)."""
         if not self.queue.has_ready():
             with self.queue.thread_condition:
                 self.queue.thread_condition.wait(timeout=timeout)
         return self.queue.next_batch(block=False) if self.queue.has_ready() else []
 
-    def _segment_ended(self, future: Future) -> None:
+    def _segment_ended(self, future: Future, outcome: Any) -> None:
+        """Record a finished future; `outcome` is its result, or its exception if it failed."""
         key = future.key.removeprefix("segment-")
         if key not in self.futures:
             return  # cancelled by an instruction: the machine has already forgotten it
         _, train = self.futures.pop(key)
         result: SegmentResult | None = None
         error: str | None = None
-        if future.status == "finished":
-            result = future.result()
+        if future.status == "finished" and isinstance(outcome, SegmentResult):
+            result = outcome
             self.completed += 1
             self.env_steps += result.env_steps
             event: Event = SegmentFinished(train.agent, result)
         else:
-            error = self.last_error = _describe_error(future)
+            error = self.last_error = _describe_error(outcome)
             self.failed += 1
             damaged = train.plan.parent if error.startswith("ChecksumError") else None
             if damaged and not self.store.is_quarantined(damaged):
@@ -257,7 +265,7 @@ class _Loop:
         """Write what changed: history first, then the board, then the state that refers to both."""
         if not (self.dirty or self.unwritten_history):
             return
-        self.dirty = False
+        self.dirty, self.flushed = False, time.monotonic()
         self.store.extend_history(self.unwritten_history)
         self.unwritten_history.clear()
         if self.board_changed:
@@ -272,7 +280,8 @@ class _Loop:
         if self.stop_reason == "budget" and self.futures:
             done, _ = wait([f for f, _ in self.futures.values()], timeout=30)
             for future in [f for f, _ in list(self.futures.values()) if f in done]:
-                self._segment_ended(future)  # recorded; a stopped machine starts nothing new
+                outcome = future.result() if future.status == "finished" else future.exception()
+                self._segment_ended(future, outcome)  # recorded; a stopped machine starts nothing new
         if self.futures:
             self.client.cancel([f for f, _ in self.futures.values()])
             self.futures.clear()
@@ -297,10 +306,11 @@ def describe_workers(client: Client) -> str:
     return ", ".join(f"{w.get('name')}: {w.get('resources') or {}}" for w in workers) or "none"
 
 
-def _describe_error(future: Future) -> str:
-    try:
-        exception = future.exception()
-    except Exception as e:  # cancelled or lost: the future has no exception object to give
-        return f"{type(e).__name__}: {e}"
+def _describe_error(exception: Any) -> str:
+    """One line: the exception's type and the first line of its message."""
+    if isinstance(exception, tuple) and len(exception) == 3:  # as_completed(with_results) gives (type, value, tb)
+        exception = exception[1]
+    if not isinstance(exception, BaseException):
+        return f"segment ended without a result ({type(exception).__name__})"
     message = str(exception).splitlines()[0] if str(exception) else ""
     return f"{type(exception).__name__}: {message}"[:500]

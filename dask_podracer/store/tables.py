@@ -8,6 +8,7 @@ one small block, never the whole history.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,11 +50,17 @@ def write_leaderboard(store: Store, entries: Sequence[Mapping], where: str) -> N
 
 
 def read_run_state(store: Store, where: str) -> dict:
-    return dict(read_attr(store, RUN, "state", {}, where))
+    text = read_attr(store, RUN, "state_json", None, where)
+    if text is not None:
+        return dict(json.loads(text))
+    return dict(read_attr(store, RUN, "state", {}, where))  # written before the state became a string
 
 
 def write_run_state(store: Store, state: Mapping, where: str) -> None:
-    write_attrs(store, RUN, {"state": to_json(dict(state), "run state")})
+    # One JSON string, not a nested attribute: the state of a thousand agents is written every
+    # second, and zarr encodes one string far faster than a deep tree of small values.
+    text = json.dumps(to_json(dict(state), "run state"), allow_nan=True, separators=(",", ":"))
+    write_attrs(store, RUN, {"state_json": text})
 
 
 def _blocks(store: Store) -> list[int]:
