@@ -35,6 +35,7 @@ class PendulumVecEnv(TorchVecEnv):
         self.single_action_space = gym.spaces.Box(-self.max_torque, self.max_torque, (1,), np.float32)
         self.theta = torch.zeros(num_envs, dtype=dtype, device=self.device)
         self.theta_dot = torch.zeros(num_envs, dtype=dtype, device=self.device)
+        self._never = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # a pendulum never terminates
 
     def _reset_where(self, mask: Tensor) -> None:
         shape = (self.num_envs,)
@@ -51,8 +52,7 @@ class PendulumVecEnv(TorchVecEnv):
         new_thdot = new_thdot.clamp(-self.max_speed, self.max_speed)
         self.theta = th + new_thdot * dt
         self.theta_dot = new_thdot
-        terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        return -costs, terminated
+        return -costs, self._never
 
     def _observe(self) -> Tensor:
         obs = torch.stack([torch.cos(self.theta), torch.sin(self.theta), self.theta_dot], dim=-1)

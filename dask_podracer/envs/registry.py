@@ -6,8 +6,15 @@ from collections.abc import Callable
 
 import torch
 
+from dask_podracer.envs.acrobot import AcrobotVecEnv
 from dask_podracer.envs.base import VecEnv
+from dask_podracer.envs.cartpole import CartPoleVecEnv
+from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
+from dask_podracer.envs.gym_adapter import make_gym_vec_env
+from dask_podracer.envs.mountain_car import MountainCarContinuousVecEnv, MountainCarVecEnv
 from dask_podracer.envs.pendulum import PendulumVecEnv
+from dask_podracer.envs.point_chase import PointChaseVecEnv
+from dask_podracer.envs.warp_ant import make_warp_ant
 
 EnvFactory = Callable[..., VecEnv]
 
@@ -29,16 +36,21 @@ def registered_envs() -> list[str]:
 
 def canonical_env_name(name: str) -> str:
     """The registered name behind `name` (an alias such as "Pendulum" gives "Pendulum-v1")."""
+    if name.startswith(GYM_PREFIX):  # gymnasium ids name themselves
+        return name
     _factory(name)
     return _CANONICAL[name]
 
 
 def _factory(name: str) -> EnvFactory:
+    # "gym:<id>" reaches any gymnasium env through its vector envs, without registering each id.
+    if name.startswith(GYM_PREFIX):
+        return lambda **kwargs: make_gym_vec_env(name, **kwargs)
     try:
         return _REGISTRY[name]
     except KeyError:
         known = ", ".join(registered_envs())
-        raise ValueError(f"unknown env {name!r}; known envs: {known}") from None
+        raise ValueError(f"unknown env {name!r}; known envs: {known} (or any gymnasium id as 'gym:<id>')") from None
 
 
 def make_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
@@ -48,3 +60,9 @@ def make_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", s
 
 
 register_env("Pendulum-v1", PendulumVecEnv, "Pendulum")
+register_env("CartPole-v1", CartPoleVecEnv, "CartPole")
+register_env("Acrobot-v1", AcrobotVecEnv, "Acrobot")
+register_env("MountainCar-v0", MountainCarVecEnv, "MountainCar")
+register_env("MountainCarContinuous-v0", MountainCarContinuousVecEnv, "MountainCarContinuous")
+register_env("PointChase-v0", PointChaseVecEnv, "PointChase")
+register_env("WarpAnt-v0", make_warp_ant, "WarpAnt")  # needs the `warp` extra; imports mujoco_warp when built

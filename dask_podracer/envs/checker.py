@@ -1,0 +1,134 @@
+"""`check_vec_env(env)`: does an env keep the VecEnv contract that the rest of dask_podracer relies on?
+
+Each check raises `VecEnvCheckError` naming the env and what broke. The checks, in order:
+attributes and spaces; reset's shapes, dtypes and device; seeding determinism; every
+step's shapes and dtypes; the auto-reset contract (`final_obs` equals `obs` where nothing
+ended, the clock restarts, episode statistics add up, truncation only at the time limit).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from dask_podracer.envs.base import VecEnv
+
+
+class VecEnvCheckError(AssertionError):
+    """An env broke the VecEnv contract."""
+
+
+def _require(ok: bool, env: VecEnv, message: str) -> None:
+    if not ok:
+        raise VecEnvCheckError(f"{type(env).__name__}: {message}")
+
+
+def sample_actions(env: VecEnv, generator: torch.Generator) -> Tensor:
+    """A batch `[B, *act_shape]` (or `[B]` for discrete) of uniformly random actions, on the env's device."""
+    space, n = env.single_action_space, env.num_envs
+    if isinstance(space, gym.spaces.Discrete):
+        return (torch.randint(0, int(space.n), (n,), generator=generator) + int(space.start)).to(env.device)
+    if isinstance(space, gym.spaces.Box):
+        low = torch.as_tensor(np.nan_to_num(space.low, neginf=-1.0), dtype=torch.float32)
+        high = torch.as_tensor(np.nan_to_num(space.high, posinf=1.0), dtype=torch.float32)
+        u = torch.rand((n, *space.shape), generator=generator)
+        return (low + (high - low) * u).to(env.device)
+    raise VecEnvCheckError(f"{type(env).__name__}: action space {space} is neither Discrete nor Box")
+
+
+def _check_tensor(env: VecEnv, name: str, x: object, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    _require(isinstance(x, Tensor), env, f"{name} is {type(x).__name__}, not a torch.Tensor")
+    assert isinstance(x, Tensor)
+    _require(tuple(x.shape) == shape, env, f"{name} has shape {tuple(x.shape)}, expected {shape}")
+    _require(x.dtype == dtype, env, f"{name} has dtype {x.dtype}, expected {dtype}")
+    _require(x.device.type == env.device.type, env, f"{name} is on {x.device}, the env on {env.device}")
+    if dtype.is_floating_point:
+        _require(bool(torch.isfinite(x).all()), env, f"{name} has non-finite values")
+
+
+def _rollout(env: VecEnv, seed: int, steps: int) -> tuple[list[Tensor], list[Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    obs, _ = env.reset(seed=seed)
+    observations, rewards = [obs], []
+    for _ in range(steps):
+        obs, reward, *_ = env.step(sample_actions(env, gen))
+        observations.append(obs)
+        rewards.append(reward)
+    return observations, rewards
+
+
+def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> None:
+    """Check `env` against the VecEnv contract; raise `VecEnvCheckError` on the first break.
+
+    Steps until every env has finished at least one episode, or `max_steps`
+    (default: the time limit + 1), whichever comes first.
+    """
+    _require(isinstance(env, VecEnv), env, "does not have the VecEnv attributes and methods")
+    _require(isinstance(env.num_envs, int) and env.num_envs >= 1, env, f"num_envs = {env.num_envs!r}")
+    _require(isinstance(env.device, torch.device), env, f"device is {type(env.device).__name__}, not torch.device")
+    _require(isinstance(env.max_episode_steps, int) and env.max_episode_steps >= 1, env, "max_episode_steps")
+    for name in ("single_observation_space", "single_action_space"):
+        _require(isinstance(getattr(env, name), gym.spaces.Space), env, f"{name} is not a gymnasium space")
+    n, obs_shape = env.num_envs, (env.num_envs, *env.single_observation_space.shape)
+    discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
+
+    obs, info = env.reset(seed=seed)
+    _check_tensor(env, "reset obs", obs, obs_shape, torch.float32)
+    _require(isinstance(info, dict), env, "reset info is not a dict")
+    _require(all(env.single_observation_space.contains(o) for o in obs.cpu().numpy()), env,
+             "reset obs outside single_observation_space")
+
+    # Same seed, same actions: the same numbers, through reset and a few steps.
+    first, r_first = _rollout(env, seed, 8)
+    again, r_again = _rollout(env, seed, 8)
+    _require(all(torch.equal(a, b) for a, b in zip(first + r_first, again + r_again)), env,
+             "reset(seed=s) followed by the same actions did not repeat the same obs and rewards")
+    other, _ = _rollout(env, seed + 1, 0)
+    _require(not torch.equal(first[0], other[0]), env, "different seeds gave identical initial observations")
+
+    gen = torch.Generator().manual_seed(seed)
+    obs, _ = env.reset(seed=seed)
+    limit = env.max_episode_steps + 1 if max_steps is None else max_steps
+    length = torch.zeros(n, dtype=torch.int64)
+    ret = torch.zeros(n, dtype=torch.float64)
+    finished = torch.zeros(n, dtype=torch.bool)
+    for t in range(limit):
+        actions = sample_actions(env, gen)
+        _require(tuple(actions.shape) == ((n,) if discrete else (n, *env.single_action_space.shape)), env,
+                 "sampled action shape")
+        obs, reward, terminated, truncated, info = env.step(actions)
+        _check_tensor(env, "obs", obs, obs_shape, torch.float32)
+        _check_tensor(env, "reward", reward, (n,), torch.float32)
+        _check_tensor(env, "terminated", terminated, (n,), torch.bool)
+        _check_tensor(env, "truncated", truncated, (n,), torch.bool)
+        for key, dtype in (("final_obs", torch.float32), ("episode_return", torch.float32),
+                           ("episode_length", torch.int64)):
+            _require(key in info, env, f"step info has no {key!r}")
+            _check_tensor(env, f"info[{key!r}]", info[key], obs_shape if key == "final_obs" else (n,), dtype)
+        term, trunc = terminated.cpu(), truncated.cpu()
+        done = term | trunc
+        _require(not bool((term & trunc).any()), env, "an env is both terminated and truncated")
+        live = ~done.to(obs.device)
+        _require(torch.equal(obs[live], info["final_obs"][live]), env, "final_obs differs from obs where not done")
+        length += 1
+        ret += reward.cpu().double()
+        ep_len, ep_ret = info["episode_length"].cpu(), info["episode_return"].cpu().double()
+        _require(torch.equal(ep_len[done], length[done]), env,
+                 f"step {t}: episode_length {ep_len[done].tolist()} != steps since reset {length[done].tolist()}")
+        _require(torch.allclose(ep_ret[done], ret[done], rtol=1e-4, atol=1e-3), env,
+                 f"step {t}: episode_return {ep_ret[done].tolist()} != sum of rewards {ret[done].tolist()}")
+        _require(bool((length[trunc] == env.max_episode_steps).all()), env,
+                 f"step {t}: truncated before the time limit of {env.max_episode_steps}")
+        _require(bool((length[~done] < env.max_episode_steps).all()), env,
+                 f"step {t}: an episode ran past max_episode_steps without being truncated")
+        _require(all(env.single_observation_space.contains(o) for o in obs.cpu().numpy()), env,
+                 f"step {t}: obs outside single_observation_space")
+        length[done] = 0
+        ret[done] = 0.0
+        finished |= done
+        if bool(finished.all()):
+            break
+    _require(max_steps is not None or bool(finished.all()), env,
+             f"some envs never finished an episode in {limit} steps")

@@ -1,0 +1,97 @@
+"""Any gymnasium env as a VecEnv: `make_vec_env("gym:Ant-v5", num_envs, device=..., seed=...)`.
+
+gymnasium's `SyncVectorEnv` (one process) or `AsyncVectorEnv` (one process per env) does
+the stepping; this adapter moves arrays to torch tensors on the requested device and
+translates gymnasium's conventions to ours. We ask for SAME_STEP autoreset, so a finished
+env's obs is already the first of its next episode and gymnasium reports the true last obs
+in `info["final_obs"]` (an object array, set only where done): we turn that into a dense
+`[B, *obs_shape]` tensor that equals `obs` where nothing ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from dask_podracer.envs.base import StepResult
+
+PREFIX = "gym:"
+
+
+class GymVecEnv:
+    """A gymnasium vector env presented as our VecEnv (torch tensors on `device`, float32 obs and reward)."""
+
+    def __init__(self, env_id: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+                 vectorization_mode: str = "sync", **env_kwargs: Any) -> None:
+        if vectorization_mode not in ("sync", "async"):
+            raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+        self.env_id = env_id
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self._seed = seed
+        self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
+                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
+        self.single_observation_space = self.env.single_observation_space
+        self.single_action_space = self.env.single_action_space
+        # A `max_episode_steps` kwarg overrides the registered limit, as in gymnasium.make. Envs
+        # without a time limit get none from us either; a huge number keeps the attribute an int.
+        limit = env_kwargs.get("max_episode_steps") or gym.spec(env_id).max_episode_steps
+        self.max_episode_steps = int(limit or 2**31 - 1)
+        self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
+        self._episode_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self._needs_reset = True
+
+    def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> Tensor:
+        # Always a copy: on the CPU `as_tensor` would share memory with buffers we (or gymnasium) reuse.
+        return torch.from_numpy(np.array(array, copy=True)).to(device=self.device, dtype=dtype)
+
+    def reset(self, *, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
+        seed = self._seed if seed is None else seed
+        self._seed = None  # later resets continue each env's stream instead of repeating it
+        if seed is not None:
+            self.env.action_space.seed(int(seed))
+        obs, _ = self.env.reset(seed=None if seed is None else int(seed))
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0
+        self._needs_reset = False
+        return self._tensor(obs, torch.float32), {}
+
+    def step(self, actions: Tensor) -> StepResult:
+        if self._needs_reset:
+            raise RuntimeError(f"GymVecEnv({self.env_id}).step() called before reset()")
+        acts = torch.as_tensor(actions).detach().cpu().numpy()
+        if self._discrete:
+            acts = acts.reshape(self.num_envs).astype(np.int64)
+        else:
+            acts = acts.reshape(self.num_envs, *self.single_action_space.shape).astype(self.single_action_space.dtype)
+        obs, reward, terminated, truncated, g_info = self.env.step(acts)
+        done = np.logical_or(terminated, truncated)
+        final_obs = np.array(obs, copy=True)
+        if "final_obs" in g_info:
+            for i in np.flatnonzero(g_info["_final_obs"]):
+                final_obs[i] = g_info["final_obs"][i]
+        self._episode_return += reward
+        self._episode_length += 1
+        info: dict[str, Any] = {
+            "final_obs": self._tensor(final_obs, torch.float32),
+            "episode_return": self._tensor(self._episode_return, torch.float32),
+            "episode_length": self._tensor(self._episode_length, torch.int64),
+        }
+        self._episode_return[done] = 0.0
+        self._episode_length[done] = 0
+        return (self._tensor(obs, torch.float32), self._tensor(reward, torch.float32),
+                self._tensor(terminated, torch.bool), self._tensor(truncated, torch.bool), info)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_gym_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+                     **kwargs: Any) -> GymVecEnv:
+    """Build a `GymVecEnv` from a `gym:<id>` name (kwargs: `vectorization_mode`, then the env's own)."""
+    return GymVecEnv(name.removeprefix(PREFIX), num_envs, device=device, seed=seed, **kwargs)

@@ -1,0 +1,102 @@
+"""An IsaacGymEnvs `VecTask` (or anything with its interface) as our VecEnv.
+
+NOT RUN AGAINST ISAAC GYM: `isaacgym` is not on any package index this project can reach.
+This adapter is written against the interface of IsaacGymEnvs' `tasks/base/vec_task.py`
+and tested with a small task of our own that implements that interface (tests/test_isaacgym_adapter.py).
+
+The interface used, and nothing else:
+  attributes  num_envs, num_obs, num_actions, observation_space, action_space, max_episode_length,
+              rl_device (or device), reset_buf [N] (nonzero = done), obs_buf [N, num_obs]
+  methods     step(actions) -> (obs_dict, rew_buf, reset_buf, extras) with extras["time_outs"];
+              reset_done() -> (obs_dict, done_env_ids), which calls reset_idx on envs whose reset_buf is set;
+              compute_observations() (optional, see below)
+
+A VecTask does not reset finished envs in the step that finishes them: it returns the
+final obs with reset_buf set, and resets them at the start of its next post_physics_step.
+We want same-step auto-reset, so after every step we call `reset_done()` ourselves: the
+obs it returns is the first of the next episode where a task's `reset_idx` recomputes
+observations. Many tasks' `reset_idx` only writes new states (Ant, Humanoid); for those we
+call `compute_observations()` after the reset when the task has it — whether that reads the
+new state before the next `simulate` depends on the physics backend and has not been run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from dask_podracer.envs.base import StepResult
+
+
+def _box(space: Any) -> gym.spaces.Box:
+    """A gymnasium Box from a gym (old) or gymnasium Box: IsaacGymEnvs uses the old `gym` package."""
+    low = np.broadcast_to(np.asarray(space.low, dtype=np.float32), space.shape)
+    high = np.broadcast_to(np.asarray(space.high, dtype=np.float32), space.shape)
+    return gym.spaces.Box(low, high, dtype=np.float32)
+
+
+class IsaacGymVecEnv:
+    """Wrap a created VecTask-style `task` (its sim, device and seed are the task's own)."""
+
+    def __init__(self, task: Any, recompute_obs_after_reset: bool = True) -> None:
+        self.task = task
+        self.num_envs = int(task.num_envs)
+        self.device = torch.device(getattr(task, "rl_device", None) or task.device)
+        self.single_observation_space = _box(task.observation_space)
+        self.single_action_space = _box(task.action_space)
+        # VecTask's time-out fires when progress_buf >= max_episode_length - 1, and progress
+        # counts steps since the reset, so an episode that times out has max_episode_length - 1 steps.
+        self.max_episode_steps = int(task.max_episode_length) - 1
+        self.recompute_obs_after_reset = recompute_obs_after_reset and hasattr(task, "compute_observations")
+        self.episode_return = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+
+    def _obs_after_reset(self) -> dict[str, Tensor]:
+        obs_dict, _ = self.task.reset_done()
+        if self.recompute_obs_after_reset:
+            self.task.compute_observations()
+            obs_dict = dict(obs_dict)
+            obs_dict["obs"] = torch.clamp(self.task.obs_buf, -self.task.clip_obs, self.task.clip_obs)
+        return {k: v.to(self.device) for k, v in obs_dict.items()}
+
+    def reset(self, *, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
+        # A VecTask draws its reset states from torch's global generator (torch_rand_float):
+        # seeding it here is the only way to make reset(seed=s) repeat.
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        self.task.reset_buf[:] = 1  # reset() alone returns the current obs; marking all envs done resets them
+        obs_dict = self._obs_after_reset()
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        info = {"states": obs_dict["states"]} if "states" in obs_dict else {}
+        return obs_dict["obs"].to(torch.float32), info
+
+    def step(self, actions: Tensor) -> StepResult:
+        obs_dict, reward, reset_buf, extras = self.task.step(torch.as_tensor(actions, device=self.device))
+        done = reset_buf.to(self.device) != 0
+        truncated = extras.get("time_outs", torch.zeros_like(done)).to(self.device).bool() & done
+        terminated = done & ~truncated
+        reward = reward.to(self.device, torch.float32)
+        final_obs = obs_dict["obs"].to(self.device, torch.float32).clone()
+        self.episode_return += reward
+        self.episode_length += 1
+        info: dict[str, Any] = {
+            "final_obs": final_obs,
+            "episode_return": self.episode_return.clone(),
+            "episode_length": self.episode_length.clone(),
+            **{k: v for k, v in extras.items() if k != "time_outs"},
+        }
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+        obs_dict = self._obs_after_reset()
+        obs = torch.where(done.unsqueeze(-1), obs_dict["obs"].to(torch.float32), final_obs)
+        if "states" in obs_dict:
+            info["states"] = obs_dict["states"]
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """The task owns its sim; Isaac Gym releases it when the process ends."""

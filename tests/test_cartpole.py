@@ -1,0 +1,68 @@
+"""The torch CartPole, checked against gymnasium's CartPole-v1."""
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from dask_podracer.envs import CartPoleVecEnv, VecEnv, make_vec_env
+
+
+def gym_cartpole(state: np.ndarray) -> gym.Env:
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    env.unwrapped.state = np.array(state, dtype=np.float64)
+    return env
+
+
+def test_matches_gymnasium_step_for_step_from_identical_states():
+    rng = np.random.default_rng(0)
+    n = 64
+    # Some states near the thresholds, so both terminating and non-terminating steps are compared.
+    states = rng.uniform([-2.45, -2, -0.22, -2], [2.45, 2, 0.22, 2], (n, 4))
+    actions = rng.integers(0, 2, n)
+    ours = CartPoleVecEnv(n, dtype=torch.float64)
+    ours.reset(seed=0)
+    ours.set_state(torch.tensor(states))
+    _, reward, terminated, truncated, info = ours.step(torch.tensor(actions))
+    assert terminated.any() and not terminated.all()
+    for i in range(n):
+        g_obs, g_reward, g_term, g_trunc, _ = gym_cartpole(states[i]).step(int(actions[i]))
+        np.testing.assert_allclose(info["final_obs"][i].numpy(), g_obs, rtol=1e-6, atol=1e-6)
+        assert reward[i].item() == g_reward == 1.0
+        assert bool(terminated[i]) == g_term and bool(truncated[i]) == g_trunc
+
+
+def test_float64_trajectory_matches_gymnasium_for_a_whole_episode():
+    env = gym.make("CartPole-v1")
+    env.reset(seed=3)
+    ours = CartPoleVecEnv(1, dtype=torch.float64)
+    ours.reset(seed=0)
+    ours.set_state(torch.tensor(env.unwrapped.state).reshape(1, 4))
+    g_obs = None
+    for t in range(500):
+        # A simple balancing controller keeps the episode going until the 500-step truncation.
+        state = env.unwrapped.state
+        action = int(state[2] + 0.5 * state[3] + 0.05 * state[1] > 0)
+        g_obs, g_reward, g_term, g_trunc, _ = env.step(action)
+        _, reward, term, trunc, info = ours.step(torch.tensor([action]))
+        np.testing.assert_allclose(info["final_obs"][0].numpy(), g_obs, rtol=1e-5, atol=1e-6)
+        assert reward.item() == g_reward
+        assert bool(term) == g_term and bool(trunc) == g_trunc, f"step {t}"
+        if g_term or g_trunc:
+            break
+    assert g_trunc and t == 499  # both truncate after the same 500 steps
+
+
+def test_protocol_reset_bounds_and_auto_reset():
+    env = make_vec_env("CartPole", 256, seed=0)
+    assert isinstance(env, VecEnv) and env.single_action_space.n == 2
+    obs, _ = env.reset()
+    assert obs.shape == (256, 4) and obs.dtype == torch.float32 and bool((obs.abs() <= 0.05).all())
+    ended = torch.zeros(256, dtype=torch.bool)
+    for _ in range(60):  # always pushing right topples every pole within a few dozen steps
+        obs, reward, terminated, truncated, _ = env.step(torch.ones(256, dtype=torch.long))
+        assert torch.equal(reward, torch.ones(256))
+        assert bool((obs[terminated].abs() <= 0.05).all())  # the next episode starts where one ended
+        ended |= terminated
+    assert ended.all() and not truncated.any()
+    assert make_vec_env("CartPole-v1", 1).max_episode_steps == 500

@@ -1,0 +1,86 @@
+"""The gymnasium adapter: `make_vec_env("gym:<id>", ...)` over gymnasium's sync and async vector envs."""
+
+import numpy as np
+import pytest
+import torch
+
+from dask_podracer.envs import VecEnv, canonical_env_name, make_vec_env
+
+
+def test_same_step_autoreset_gives_the_true_final_obs():
+    env = make_vec_env("gym:CartPole-v1", 4, seed=0)
+    assert isinstance(env, VecEnv) and canonical_env_name("gym:CartPole-v1") == "gym:CartPole-v1"
+    obs, _ = env.reset()
+    pushes = torch.ones(4, dtype=torch.int64)  # always right: every pole falls within ~10-30 steps
+    for t in range(60):
+        prev = obs
+        obs, reward, terminated, truncated, info = env.step(pushes)
+        done = terminated | truncated
+        if done.any():
+            break
+    assert done.any() and reward.dtype == torch.float32 and obs.dtype == torch.float32
+    final = info["final_obs"]
+    # The final obs continues the episode (cart moving right, pole past the threshold); obs starts a new one.
+    assert torch.all(final[done][:, 2].abs() > 0.2) or torch.all(final[done][:, 0].abs() > 2.4)
+    assert torch.all(obs[done].abs() <= 0.05)  # gymnasium's CartPole resets within ±0.05
+    assert torch.equal(final[~done], obs[~done])
+    assert torch.equal(info["episode_length"][done], torch.full((int(done.sum()),), t + 1))
+    assert torch.allclose(info["episode_return"][done], torch.full((int(done.sum()),), float(t + 1)))
+    assert not torch.equal(prev, obs)
+    env.close()
+
+
+def test_async_mode_runs_envs_in_processes_and_matches_sync():
+    actions = torch.tensor([[0.5], [-1.0]])
+
+    def trace(mode):
+        env = make_vec_env("gym:Pendulum-v1", 2, seed=3, vectorization_mode=mode)
+        obs = [env.reset()[0]] + [env.step(actions)[0] for _ in range(5)]
+        env.close()
+        return torch.stack(obs)
+
+    assert torch.equal(trace("sync"), trace("async"))
+    with pytest.raises(ValueError, match="vectorization_mode"):
+        make_vec_env("gym:Pendulum-v1", 2, vectorization_mode="threads")
+
+
+@pytest.mark.parametrize("env_id, obs_dim, act_dim", [
+    ("Ant-v5", 105, 8), ("HalfCheetah-v5", 17, 6), ("Hopper-v5", 11, 3), ("Humanoid-v5", 348, 17),
+])
+def test_mujoco_envs_step_through_the_adapter(env_id, obs_dim, act_dim):
+    pytest.importorskip("mujoco")
+    env = make_vec_env(f"gym:{env_id}", 2, seed=0)
+    obs, _ = env.reset()
+    assert obs.shape == (2, obs_dim) and env.single_action_space.shape == (act_dim,)
+    assert env.max_episode_steps == 1000
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        obs, reward, terminated, _truncated, info = env.step(torch.rand(2, act_dim, generator=gen) * 2 - 1)
+        assert obs.shape == (2, obs_dim) and reward.shape == (2,) and terminated.dtype == torch.bool
+        assert torch.isfinite(obs).all() and torch.isfinite(reward).all()
+    np.testing.assert_array_equal(info["episode_length"].numpy(), [5, 5])
+    env.close()
+
+
+def test_kwargs_reach_gymnasium_make_and_the_time_limit_follows():
+    env = make_vec_env("gym:Pendulum-v1", 2, seed=0, max_episode_steps=7)
+    assert env.max_episode_steps == 7
+    env.reset()
+    for _ in range(7):
+        _, _, _, truncated, info = env.step(torch.zeros(2, 1))
+    assert truncated.all() and info["episode_length"].tolist() == [7, 7]
+    with pytest.raises(ValueError, match="gym:<id>"):
+        make_vec_env("Pendulm", 2)
+
+
+def test_ant_in_worker_processes_matches_ant_in_process():
+    pytest.importorskip("mujoco")
+    actions = torch.rand(2, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
+
+    def trace(mode):
+        env = make_vec_env("gym:Ant-v5", 2, seed=4, vectorization_mode=mode)
+        obs = [env.reset()[0]] + [env.step(actions)[0] for _ in range(3)]
+        env.close()
+        return torch.stack(obs)
+
+    assert torch.equal(trace("sync"), trace("async"))

@@ -1,0 +1,63 @@
+"""On-device wrappers: normalisation statistics against a plain computation, episode statistics against a loop."""
+
+import numpy as np
+import torch
+
+from dask_podracer.envs import make_vec_env
+from dask_podracer.envs.checker import check_vec_env
+from dask_podracer.envs.wrappers import EpisodeStatistics, NormalizeObservation, NormalizeReward, RunningMeanStd
+
+
+def test_running_mean_std_merges_batches_like_one_big_batch():
+    data = torch.randn(1000, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 5 + 2
+    rms = RunningMeanStd((3,), torch.device("cpu"), epsilon=0.0)
+    rms.count = torch.tensor(0.0, dtype=torch.float64)
+    for chunk in data.split(37):
+        rms.update(chunk)
+    torch.testing.assert_close(rms.mean, data.mean(0))
+    torch.testing.assert_close(rms.var, data.var(0, unbiased=False))
+
+
+def test_normalize_observation_whitens_and_applies_to_final_obs():
+    env = NormalizeObservation(make_vec_env("MountainCar", 256, seed=0))
+    obs, _ = env.reset()
+    for _ in range(50):
+        obs, _, _, _, _info = env.step(torch.randint(0, 3, (256,)))
+    assert abs(float(obs[:, 0].mean())) < 0.5 and 0.3 < float(obs[:, 0].std()) < 2.0
+    env.training = False
+    frozen = env.obs_rms.mean.clone()
+    env.step(torch.zeros(256, dtype=torch.int64))
+    assert torch.equal(frozen, env.obs_rms.mean)
+    frozen_env = NormalizeObservation(make_vec_env("Pendulum", 4, seed=0))
+    frozen_env.training = False  # learning statistics would (rightly) break the checker's repeat-the-seed test
+    check_vec_env(frozen_env)
+    check_vec_env(EpisodeStatistics(make_vec_env("PointChase", 4, seed=0)))
+
+
+def test_normalize_reward_scales_by_the_discounted_return_std_and_keeps_raw():
+    env = NormalizeReward(make_vec_env("Pendulum", 64, seed=0), gamma=0.9)
+    env.reset()
+    for _ in range(100):
+        _, reward, _, _, info = env.step(torch.zeros(64, 1))
+    expected = info["raw_reward"] / torch.sqrt(env.return_rms.var + 1e-8)
+    torch.testing.assert_close(reward, expected.float())
+    assert float(reward.abs().mean()) < float(info["raw_reward"].abs().mean())
+    assert float(info["episode_return"].mean()) < -50  # episode statistics stay in raw units
+
+
+def test_episode_statistics_match_a_plain_loop():
+    env = EpisodeStatistics(make_vec_env("CartPole", 16, seed=0), window=20)
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+    finished_returns, finished_lengths = [], []
+    for _ in range(120):
+        _, _, terminated, truncated, info = env.step(torch.randint(0, 2, (16,), generator=gen))
+        for i in np.flatnonzero((terminated | truncated).numpy()):
+            finished_returns.append(float(info["episode_return"][i]))
+            finished_lengths.append(int(info["episode_length"][i]))
+    summary = env.summary()
+    assert summary["episodes"] == len(finished_returns) > 20  # the ring buffer has wrapped
+    # The newest 20, in any order: same multiset of returns and lengths.
+    assert sorted(env.returns.tolist()) == sorted(finished_returns[-20:])
+    assert sorted(env.lengths.tolist()) == sorted(finished_lengths[-20:])
+    assert summary["mean_length"] == np.mean(finished_lengths[-20:])
