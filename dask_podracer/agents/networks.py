@@ -104,3 +104,16 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- (1 - tau) * target + tau * source, parameter by parameter."""
     for t, s in zip(target.parameters(), source.parameters()):
         t.lerp_(s, tau)
+
+
+class DeterministicActor(nn.Module):
+    """mu(s) = center + half_range * tanh(mlp(s)): DDPG's and TD3's policy."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], low, high) -> None:
+        super().__init__()
+        self.body = mlp([obs_dim, *hidden, act_dim])
+        self.scale = ActionScale(low, high)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """obs [B, obs_dim] -> action [B, act_dim] in bounds."""
+        return self.scale(torch.tanh(self.body(obs)))

@@ -1,8 +1,10 @@
 """Soft Actor-Critic (Haarnoja et al. 2018) with a batched critic ensemble and automatic entropy tuning.
 
-One iteration: the worker steps every env `steps_per_iteration` times with the
-current stochastic actor, appending to an on-device replay buffer; the learner
-then does `utd_ratio` gradient updates per env step collected.
+One iteration (`offpolicy.offpolicy_iteration`, shared with DDPG, TD3 and DQN): the worker
+steps every env `steps_per_iteration` times with the current stochastic actor, appending to
+an on-device replay buffer; the learner then does `utd_ratio` gradient updates per env step
+collected. TD targets combine the target critics by `target_combine` (min: clipped double Q;
+redq: the min over a random subset), the actor follows their `actor_combine` (mean).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.ensemble import COMBINE_MODES, combine
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
+from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, regress, td_target, uniform_action,
+                                            validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -53,29 +58,31 @@ class SACConfig:
     hidden: tuple[int, ...] = (128, 128)
     """Hidden layer widths of actor and critics."""
     num_critics: int = 2
-    """Critics in the ensemble; TD targets use the minimum over them."""
+    """Critics in the ensemble, held as one batched module."""
+    target_combine: str = "min"
+    """How the target critics' values combine into the TD target: min, mean, redq or weighted."""
+    actor_combine: str = "mean"
+    """How the critics' values combine into the value the actor follows: mean, min, redq or weighted."""
+    redq_subset: int = 2
+    """Heads in the random subset that "redq" takes the minimum over."""
+    combine_weight: float = 0.5
+    """"weighted" combines weight * min + (1 - weight) * mean."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
+    pipeline: bool = False
+    """Overlap the worker (collecting with a snapshot of the actor) with the learner (a thread on CPU)."""
+    max_policy_lag: int = 64
+    """In pipeline mode, the most updates the worker's actor snapshot may lag behind the learner."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        _check(self, "num_envs", self.num_envs >= 1, ">= 1")
-        _check(self, "steps_per_iteration", self.steps_per_iteration >= 1, ">= 1")
-        _check(self, "utd_ratio", self.utd_ratio > 0, "> 0")
-        _check(self, "batch_size", self.batch_size >= 1, ">= 1")
-        _check(self, "buffer_size", self.buffer_size >= self.batch_size, ">= batch_size")
-        _check(self, "learning_starts", self.learning_starts >= 0, ">= 0")
-        _check(self, "gamma", 0 <= self.gamma <= 1, "in [0, 1]")
-        _check(self, "tau", 0 < self.tau <= 1, "in (0, 1]")
+        validate_offpolicy(self)
         for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha", "target_entropy_scale"):
-            _check(self, name, getattr(self, name) > 0, "> 0")
-        _check(self, "hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of positive widths")
-        _check(self, "num_critics", self.num_critics >= 1, ">= 1")
-
-
-def _check(config: Any, field: str, ok: bool, allowed: str) -> None:
-    if not ok:
-        raise ValueError(f"{field} must be {allowed}, got {getattr(config, field)!r}")
+            check(self, name, getattr(self, name) > 0, "> 0")
+        check(self, "num_critics", self.num_critics >= 1, ">= 1")
+        check(self, "target_combine", self.target_combine in COMBINE_MODES, f"one of {COMBINE_MODES}")
+        check(self, "actor_combine", self.actor_combine in COMBINE_MODES, f"one of {COMBINE_MODES}")
+        check(self, "redq_subset", self.redq_subset >= 1, ">= 1")
+        check(self, "combine_weight", 0 <= self.combine_weight <= 1, "in [0, 1]")
 
 
 class SACAgent:
@@ -100,38 +107,27 @@ class SACAgent:
         self.alpha_optim = adam([self.log_alpha], config.alpha_lr)
         self.target_entropy = -config.target_entropy_scale * act_dim
         self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
+        self.behaviour = self.actor
         self.env_steps = 0
         self.updates = 0
-        self._update_credit = 0.0  # fractional updates carried between iterations
+        self.loop_stats = LoopStats()
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         action, _ = self.actor(obs.to(self.device, torch.float32), deterministic=deterministic)
         return action
 
+    def random_action(self, n: int) -> Tensor:
+        return uniform_action(self.low, self.high, n)
+
+    def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
+        return behaviour(obs.to(self.device, torch.float32), deterministic=False)[0]
+
     def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
-        cfg = self.config
-        collected = 0
-        for _ in range(cfg.steps_per_iteration):
-            if self.env_steps < cfg.learning_starts:
-                action = self.low + (self.high - self.low) * torch.rand(env.num_envs, self.act_dim, device=self.device)
-            else:
-                action = self.act(obs, deterministic=False)
-            next_obs, reward, terminated, _truncated, info = env.step(action)
-            self.replay.add(obs, action, reward, info["final_obs"], terminated)
-            obs = next_obs
-            collected += env.num_envs
-        self.env_steps += collected
-        metrics: Metrics = {}
-        if self.env_steps >= cfg.learning_starts and self.replay.size >= cfg.batch_size:
-            self._update_credit += cfg.utd_ratio * collected
-            n_updates = int(self._update_credit)
-            self._update_credit -= n_updates
-            losses: dict[str, Tensor] = {}
-            for _ in range(n_updates):
-                losses = self.update(self.replay.sample(cfg.batch_size))
-            metrics = {k: float(v) for k, v in losses.items()}  # one host sync per iteration, not per update
-        return obs, collected, metrics
+        return offpolicy_iteration(self, env, obs)
+
+    def _combine(self, q: Tensor, how: str) -> Tensor:
+        return combine(q, how, self.config.redq_subset, self.config.combine_weight)
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """One gradient step of critics, actor and temperature on a sampled batch."""
@@ -139,27 +135,21 @@ class SACAgent:
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
             next_action, next_log_prob = self.actor(batch["next_obs"])
-            target_q = self.critic_target(batch["next_obs"], next_action).min(dim=0).values
-            target = batch["reward"] + cfg.gamma * (1 - batch["terminated"]) * (target_q - alpha * next_log_prob)
+            target_q = self._combine(self.critic_target(batch["next_obs"], next_action), cfg.target_combine)
+            target = td_target(batch["reward"], batch["terminated"], target_q - alpha * next_log_prob, cfg.gamma)
         q = self.critic(batch["obs"], batch["action"])  # [E, B]
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=1).sum()
-        self.critic_optim.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optim.step()
+        regress(self.critic_optim, critic_loss)
 
         action, log_prob = self.actor(batch["obs"])
         self.critic.requires_grad_(False)  # the actor's loss must not move the critics
-        q_pi = self.critic(batch["obs"], action).mean(dim=0)
+        q_pi = self._combine(self.critic(batch["obs"], action), cfg.actor_combine)
         self.critic.requires_grad_(True)
         actor_loss = (alpha * log_prob - q_pi).mean()
-        self.actor_optim.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optim.step()
+        regress(self.actor_optim, actor_loss)
 
         alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-        self.alpha_optim.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_optim.step()
+        regress(self.alpha_optim, alpha_loss)
 
         soft_update(self.critic_target, self.critic, cfg.tau)
         self.updates += 1
@@ -209,5 +199,5 @@ register_algorithm(AlgorithmInfo(
     name="sac",
     config_cls=SACConfig,
     factory=SACAgent,
-    tunable=("actor_lr", "critic_lr", "alpha_lr", "tau", "gamma", "utd_ratio"),
+    tunable=("actor_lr", "critic_lr", "alpha_lr", "tau", "gamma", "utd_ratio", "combine_weight"),
 ))

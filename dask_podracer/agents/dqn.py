@@ -1,0 +1,230 @@
+"""The DQN family for Discrete actions: DQN (Mnih et al. 2015), Double DQN, Dueling Double DQN (D3QN).
+
+One config, three registered names that differ only in defaults: "dqn", "double_dqn"
+(`double=True`) and "d3qn" (`double=True, dueling=True`). The worker/learner loop is
+`offpolicy.offpolicy_iteration`, shared with DDPG, TD3 and SAC; the worker acts
+epsilon-greedily with epsilon decaying linearly over `exploration_steps` env steps.
+
+One update, on a batch from the replay buffer:
+    a*  = argmax_a Q(s', a)         if double, else argmax_a Q_target(s', a)
+    y   = r + gamma * (1 - terminated) * Q_target(s', a*)
+    loss = Huber(Q(s, a) - y); targets <- Polyak(tau) (tau = 1 with target_update_interval: a hard copy)
+Dueling: Q(s, a) = V(s) + A(s, a) - mean_a A(s, a), from one shared body.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.networks import mlp, soft_update
+from dask_podracer.agents.offpolicy import LoopStats, check, offpolicy_iteration, regress, td_target, validate_offpolicy
+from dask_podracer.agents.replay import ReplayBuffer
+from dask_podracer.envs import VecEnv
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    num_envs: int = 8
+    """Envs stepped together by the worker."""
+    steps_per_iteration: int = 1
+    """Env steps (per env) collected before each round of updates."""
+    utd_ratio: float = 0.25
+    """Gradient updates per env step collected (summed over envs)."""
+    batch_size: int = 128
+    """Transitions per gradient update."""
+    buffer_size: int = 50_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 1000
+    """Env steps of uniformly random actions before the first update."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.01
+    """Polyak rate of the target network, applied every `target_update_interval` updates (1.0: a hard copy)."""
+    target_update_interval: int = 1
+    """Updates between target network updates."""
+    learning_rate: float = 1e-3
+    """Adam learning rate of the Q-network."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the Q-network."""
+    eps_start: float = 1.0
+    """Exploration epsilon at the first env step."""
+    eps_end: float = 0.05
+    """Exploration epsilon after `exploration_steps`."""
+    exploration_steps: int = 10_000
+    """Env steps (summed over envs) over which epsilon decays linearly."""
+    max_grad_norm: float = 10.0
+    """Global gradient norm clip."""
+    double: bool = False
+    """Double DQN: the online network picks the next action, the target network values it."""
+    dueling: bool = False
+    """Dueling heads: Q = V + A - mean(A)."""
+    keep_replay: bool = True
+    """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
+    pipeline: bool = False
+    """Overlap the worker (acting with a snapshot of the Q-network) with the learner (a thread on CPU)."""
+    max_policy_lag: int = 64
+    """In pipeline mode, the most updates the worker's snapshot may lag behind the learner."""
+
+    def __post_init__(self) -> None:
+        validate_offpolicy(self)
+        check(self, "target_update_interval", self.target_update_interval >= 1, ">= 1")
+        check(self, "learning_rate", self.learning_rate > 0, "> 0")
+        check(self, "eps_start", 0 <= self.eps_start <= 1, "in [0, 1]")
+        check(self, "eps_end", 0 <= self.eps_end <= 1, "in [0, 1]")
+        check(self, "exploration_steps", self.exploration_steps >= 1, ">= 1")
+        check(self, "max_grad_norm", self.max_grad_norm > 0, "> 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class DoubleDQNConfig(DQNConfig):
+    double: bool = True
+    """Double DQN: the online network picks the next action, the target network values it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class D3QNConfig(DQNConfig):
+    double: bool = True
+    """Double DQN: the online network picks the next action, the target network values it."""
+    dueling: bool = True
+    """Dueling heads: Q = V + A - mean(A)."""
+
+
+class QNetwork(nn.Module):
+    """obs `[B, obs_dim]` -> Q values `[B, n_actions]`, plain or dueling."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], dueling: bool) -> None:
+        super().__init__()
+        self.dueling = dueling
+        if dueling:
+            self.body = nn.Sequential(mlp([obs_dim, *hidden]), nn.ReLU())
+            self.value = nn.Linear(hidden[-1], 1)
+            self.advantage = nn.Linear(hidden[-1], n_actions)
+        else:
+            self.body = mlp([obs_dim, *hidden, n_actions])
+
+    def forward(self, obs: Tensor) -> Tensor:
+        if not self.dueling:
+            return self.body(obs)
+        h = self.body(obs)
+        advantage = self.advantage(h)
+        return self.value(h) + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+def q_learning_target(reward: Tensor, terminated: Tensor, next_q_target: Tensor, next_q_online: Tensor | None,
+                      gamma: float) -> Tensor:
+    """y = r + gamma * (1 - terminated) * Q_target(s', a*), a* = argmax of `next_q_online` (Double DQN) if given,
+    else of `next_q_target` (DQN). reward, terminated `[B]`; next Q values `[B, n_actions]`; returns `[B]`."""
+    chooser = next_q_target if next_q_online is None else next_q_online
+    next_value = next_q_target.gather(-1, chooser.argmax(-1, keepdim=True)).squeeze(-1)
+    return td_target(reward, terminated, next_value, gamma)
+
+
+def linear_epsilon(step: int, start: float, end: float, duration: int) -> float:
+    """Epsilon after `step` env steps: from `start` to `end` linearly over `duration`, then `end`."""
+    return end + (start - end) * max(0.0, 1.0 - step / duration)
+
+
+class DQNAgent:
+    """An epsilon-greedy worker + Q-learning learner; see the module docstring."""
+
+    algorithm: ClassVar[str] = "dqn"
+
+    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
+                 config: DQNConfig, device: torch.device) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(f"{self.algorithm} needs a Discrete action space, got {action_space}")
+        self.config = config
+        self.device = device
+        self.n_actions = int(action_space.n)
+        obs_dim = int(observation_space.shape[0])
+        self.q_net = QNetwork(obs_dim, self.n_actions, config.hidden, config.dueling).to(device)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.optimizer = adam(self.q_net.parameters(), config.learning_rate)
+        self.replay = ReplayBuffer(config.buffer_size, obs_dim, 1, device)
+        self.behaviour = self.q_net
+        self.env_steps = 0
+        self.updates = 0
+        self.loop_stats = LoopStats()
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        obs = obs.to(self.device, torch.float32)
+        return self.q_net(obs).argmax(-1) if deterministic else self.explore(obs, self.q_net)
+
+    def random_action(self, n: int) -> Tensor:
+        return torch.randint(0, self.n_actions, (n,), device=self.device)
+
+    def epsilon(self) -> float:
+        cfg = self.config
+        return linear_epsilon(self.env_steps, cfg.eps_start, cfg.eps_end, cfg.exploration_steps)
+
+    def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
+        greedy = behaviour(obs.to(self.device, torch.float32)).argmax(-1)
+        explore = torch.rand(obs.shape[0], device=self.device) < self.epsilon()
+        return torch.where(explore, self.random_action(obs.shape[0]), greedy)
+
+    def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
+        obs, steps, metrics = offpolicy_iteration(self, env, obs)
+        if metrics:
+            metrics["epsilon"] = self.epsilon()
+        return obs, steps, metrics
+
+    def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One Q-learning step on a batch (actions stored as floats `[B, 1]`)."""
+        cfg = self.config
+        action = batch["action"].long()  # [B, 1]
+        with torch.no_grad():
+            next_q_online = self.q_net(batch["next_obs"]) if cfg.double else None
+            target = q_learning_target(batch["reward"], batch["terminated"], self.q_target(batch["next_obs"]),
+                                       next_q_online, cfg.gamma)
+        q = self.q_net(batch["obs"]).gather(-1, action).squeeze(-1)
+        loss = F.smooth_l1_loss(q, target)
+        regress(self.optimizer, loss, cfg.max_grad_norm, list(self.q_net.parameters()))
+        self.updates += 1
+        if self.updates % cfg.target_update_interval == 0:
+            soft_update(self.q_target, self.q_net, cfg.tau)
+        return {"loss": loss.detach(), "q_mean": q.detach().mean()}
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "q_net": self.q_net.state_dict(),
+            "q_target": self.q_target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": {"env_steps": self.env_steps, "updates": self.updates},
+        }
+        if self.config.keep_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.q_net.load_state_dict(state["q_net"])
+        self.q_target.load_state_dict(state["q_target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_learning_rate(self.optimizer, self.config.learning_rate)
+        self.env_steps = int(state["counters"]["env_steps"])
+        self.updates = int(state["counters"]["updates"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+
+
+class DoubleDQNAgent(DQNAgent):
+    algorithm: ClassVar[str] = "double_dqn"
+
+
+class D3QNAgent(DQNAgent):
+    algorithm: ClassVar[str] = "d3qn"
+
+
+_TUNABLE = ("learning_rate", "gamma", "tau", "utd_ratio", "eps_end")
+register_algorithm(AlgorithmInfo("dqn", DQNConfig, DQNAgent, _TUNABLE))
+register_algorithm(AlgorithmInfo("double_dqn", DoubleDQNConfig, DoubleDQNAgent, _TUNABLE))
+register_algorithm(AlgorithmInfo("d3qn", D3QNConfig, D3QNAgent, _TUNABLE))

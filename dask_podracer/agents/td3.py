@@ -1,0 +1,40 @@
+"""TD3 (Fujimoto et al. 2018): DDPG plus clipped double Q, target policy smoothing and delayed actor updates.
+
+The update is DDPG's (ddpg.py), with TD3's three knobs on by default: the minimum of a
+critic ensemble (`num_critics=2`, or more, combined by `target_combine`) is the TD target,
+the target action is smoothed with clipped Gaussian noise (`offpolicy.smoothed_target_action`),
+and the actor and the targets move once per `policy_delay` critic updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from dask_podracer.agents.base import AlgorithmInfo, register_algorithm
+from dask_podracer.agents.ddpg import DDPGAgent, DDPGConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TD3Config(DDPGConfig):
+    num_critics: int = 2
+    """Critics in the ensemble (2: clipped double Q; more: a larger ensemble), held as one batched module."""
+    target_noise: float = 0.2
+    """Std of the target policy smoothing noise, in half-action-range units."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+
+
+class TD3Agent(DDPGAgent):
+    """DDPG's worker + learner under TD3's defaults."""
+
+    algorithm: ClassVar[str] = "td3"
+
+
+register_algorithm(AlgorithmInfo(
+    name="td3",
+    config_cls=TD3Config,
+    factory=TD3Agent,
+    tunable=("actor_lr", "critic_lr", "tau", "gamma", "utd_ratio", "exploration_noise", "target_noise",
+             "combine_weight"),
+))

@@ -1,0 +1,178 @@
+"""DDPG, TD3 and the critic ensemble: known answers, the batched path against a loop, learning, determinism."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import score, train_agent
+
+from dask_podracer.agents import algorithm_info, make_agent
+from dask_podracer.agents.ddpg import DDPGConfig
+from dask_podracer.agents.ensemble import COMBINE_MODES, combine, combine_loop, critic_loop
+from dask_podracer.agents.networks import CriticEnsemble
+from dask_podracer.agents.offpolicy import smoothed_target_action, td_target
+from dask_podracer.agents.td3 import TD3Config
+from dask_podracer.envs import make_vec_env
+from dask_podracer.train.state import flatten_state, unflatten_state
+
+REPO = Path(__file__).resolve().parents[1]
+TD3_FAST = {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 2.0, "gamma": 0.98}
+DDPG_FAST = {"hidden": (64, 64), "num_envs": 4, "gamma": 0.98, "utd_ratio": 2.0, "batch_size": 128}
+TINY = {"hidden": (16, 16), "num_envs": 2, "learning_starts": 32, "batch_size": 16, "buffer_size": 1000}
+
+
+def _spaces(env="Pendulum"):
+    env = make_vec_env(env, 1)
+    return env.single_observation_space, env.single_action_space
+
+
+# -- ensembles -----------------------------------------------------------------------------
+
+def test_batched_ensemble_equals_its_loop_path_values_and_gradients():
+    torch.manual_seed(0)
+    critic = CriticEnsemble(3, 1, (32, 32), size=5)
+    obs, action = torch.randn(7, 3), torch.randn(7, 1)
+    batched = critic(obs, action)
+    looped = critic_loop(critic, obs, action)
+    assert batched.shape == looped.shape == (5, 7)
+    torch.testing.assert_close(batched, looped)
+    grads = [torch.autograd.grad(q.square().sum(), list(critic.parameters())) for q in (batched, looped)]
+    for g_batched, g_loop in zip(*grads):
+        torch.testing.assert_close(g_batched, g_loop)
+
+
+@pytest.mark.parametrize("how", COMBINE_MODES)
+def test_combine_equals_the_plain_loop(how):
+    q = torch.randn(6, 9, dtype=torch.float64)
+    fast = combine(q, how, subset=3, weight=0.3, generator=torch.Generator().manual_seed(1))
+    slow = combine_loop(list(q), how, subset=3, weight=0.3, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(fast, slow)
+
+
+def test_combine_known_answers():
+    q = torch.tensor([[1.0, 5.0], [3.0, 2.0], [2.0, 8.0]])  # 3 heads, 2 samples
+    torch.testing.assert_close(combine(q, "mean"), torch.tensor([2.0, 5.0]))
+    torch.testing.assert_close(combine(q, "min"), torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(combine(q, "weighted", weight=0.25), torch.tensor([0.25 * 1 + 0.75 * 2, 0.25 * 2 + 0.75 * 5]))
+    torch.testing.assert_close(combine(q, "redq", subset=3), combine(q, "min"))  # all heads: the plain min
+    # A subset of one head is that head: over many draws each sample takes one of the heads' values.
+    draws = torch.stack([combine(q, "redq", subset=1) for _ in range(50)])
+    assert all(any(torch.equal(d, q[i]) for i in range(3)) for d in draws) and len(draws.unique(dim=0)) > 1
+    with pytest.raises(ValueError, match="combine must be one of"):
+        combine(q, "max")
+
+
+# -- TD3's pieces --------------------------------------------------------------------------
+
+def test_td_target_bootstraps_except_at_terminal_states():
+    got = td_target(torch.tensor([1.0, 1.0]), torch.tensor([0.0, 1.0]), torch.tensor([10.0, 10.0]), 0.9)
+    torch.testing.assert_close(got, torch.tensor([10.0, 1.0]))
+
+
+def test_target_policy_smoothing_is_clipped_and_in_bounds():
+    low, high = torch.tensor([-2.0]), torch.tensor([2.0])  # half range 2
+    action = torch.zeros(4000, 1)
+    smoothed = smoothed_target_action(action, noise_std=1e6, noise_clip=0.5, low=low, high=high)
+    assert set(smoothed.unique().tolist()) == {-1.0, 1.0}  # huge noise is clipped to +-0.5 half-ranges
+    smoothed = smoothed_target_action(action, noise_std=0.2, noise_clip=0.5, low=low, high=high)
+    assert 0.29 < smoothed.abs().mean().item() < 0.35  # E|N(0, 0.2 * 2)| = 0.32 (the clip at 1.0 is 2.5 sigma)
+    smoothed = smoothed_target_action(torch.full((4000, 1), 1.9), noise_std=0.2, noise_clip=0.5, low=low, high=high)
+    assert smoothed.max().item() == 2.0 and smoothed.min().item() >= 0.9 - 1e-6  # within bounds and the clip
+
+
+def test_td3_moves_actor_and_targets_once_per_policy_delay():
+    agent = make_agent("td3", *_spaces(), {**TINY, "policy_delay": 3})
+    agent.replay.add(torch.randn(64, 3), torch.rand(64, 1) * 4 - 2, torch.randn(64), torch.randn(64, 3),
+                     torch.zeros(64))
+    snapshots = []
+    for _ in range(6):
+        agent.update(agent.replay.sample(16))
+        snapshots.append([m.state_dict()["body.0.weight"].clone() if hasattr(m, "body") else m.state_dict()["net.0.weight"].clone()
+                          for m in (agent.actor, agent.actor_target, agent.critic_target)])
+    moved = [[not torch.equal(a, b) for a, b in zip(snapshots[i - 1], snapshots[i])] for i in range(1, 6)]
+    # updates 2..6: the actor and both targets move at updates 3 and 6 only.
+    assert moved == [[False] * 3, [True] * 3, [False] * 3, [False] * 3, [True] * 3]
+
+
+def test_td3_target_uses_smoothing_and_the_minimum_of_its_critics():
+    agent = make_agent("td3", *_spaces(), {**TINY, "num_critics": 4, "target_noise": 0.0})
+    batch = {"obs": torch.randn(8, 3), "action": torch.rand(8, 1), "reward": torch.randn(8),
+             "next_obs": torch.randn(8, 3), "terminated": torch.zeros(8)}
+    with torch.no_grad():
+        q_next = agent.critic_target(batch["next_obs"], agent.actor_target(batch["next_obs"]))
+        expected = batch["reward"] + 0.99 * q_next.min(dim=0).values
+        before = agent.critic(batch["obs"], batch["action"])
+    agent.update(batch)
+    # One critic step moved each head towards the same min-target: its squared error fell for every head.
+    with torch.no_grad():
+        after = agent.critic(batch["obs"], batch["action"])
+    assert ((after - expected).square().mean(1) < (before - expected).square().mean(1)).all()
+
+
+# -- learning ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_td3_learns_pendulum_well_beyond_random():
+    trained = score(train_agent("td3", TD3_FAST, env_steps=3000))
+    assert trained > -700, f"TD3 reached only {trained:.0f} after 3000 env steps (random: about -1300)"
+
+
+@pytest.mark.slow
+def test_ddpg_learns_pendulum_well_beyond_random():
+    trained = score(train_agent("ddpg", DDPG_FAST, env_steps=3000))
+    assert trained > -700, f"DDPG reached only {trained:.0f} after 3000 env steps (random: about -1300)"
+
+
+def test_sac_with_a_redq_ensemble_and_thousands_of_envs_runs():
+    hparams = {**TINY, "num_envs": 2048, "batch_size": 1024, "buffer_size": 10_000, "utd_ratio": 0.002,  # 4 updates per iteration
+               "num_critics": 6, "target_combine": "redq", "redq_subset": 2}
+    agent = train_agent("sac", hparams, env_steps=3 * 2048)
+    assert agent.updates == 12 and agent.critic.size == 6 and agent.replay.size == 3 * 2048
+
+
+# -- checkpoints, config, determinism ------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ["ddpg", "td3"])
+def test_state_dict_round_trip_and_new_learning_rates_win(algorithm):
+    agent = train_agent(algorithm, TINY, env_steps=64)
+    state = agent.state_dict()
+    clone = make_agent(algorithm, *_spaces(), {**TINY, "actor_lr": 5e-4, "critic_lr": 2e-3})
+    clone.load_state_dict(unflatten_state(*flatten_state(state)[::-1]))  # as a checkpoint stores it
+    obs = torch.randn(16, 3)
+    assert torch.equal(agent.act(obs), clone.act(obs))
+    assert [g["lr"] for g in clone.actor_optim.param_groups] == [5e-4]
+    assert [g["lr"] for g in clone.critic_optim.param_groups] == [2e-3]
+    assert clone.updates == agent.updates > 0 and clone.replay.size == agent.replay.size == 64
+
+
+def test_configs_and_registry():
+    assert TD3Config().num_critics == 2 and TD3Config().policy_delay == 2 and TD3Config().target_noise == 0.2
+    assert DDPGConfig().num_critics == 1 and DDPGConfig().policy_delay == 1 and DDPGConfig().target_noise == 0.0
+    for name in ("ddpg", "td3"):
+        config = algorithm_info(name).config_cls()
+        assert all(isinstance(getattr(config, t), float) for t in algorithm_info(name).tunable)
+    with pytest.raises(ValueError, match=r"policy_delay must be >= 1, got 0"):
+        TD3Config(policy_delay=0)
+    with pytest.raises(ValueError, match=r"target_combine must be one of"):
+        TD3Config(target_combine="max")
+    with pytest.raises(ValueError, match="Box"):
+        make_agent("td3", *_spaces("CartPole"), {})
+
+
+def _td3_fingerprint() -> str:
+    agent = train_agent("td3", TINY, env_steps=96, seed=5)
+    return torch.cat([p.detach().flatten() for p in agent.actor.parameters()]).double().sum().item().hex()
+
+
+def test_same_seed_same_result_also_in_a_fresh_process():
+    here = _td3_fingerprint()
+    assert here == _td3_fingerprint()
+    assert here != train_agent("td3", TINY, env_steps=96, seed=6).actor.body[0].weight.double().sum().item().hex()
+    script = ("import torch\ntorch.set_num_threads(1)\nimport sys\nsys.path.insert(0, 'tests')\n"
+              "from test_agents_offpolicy import _td3_fingerprint\nprint(_td3_fingerprint())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == here
