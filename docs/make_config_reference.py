@@ -11,20 +11,23 @@ import inspect
 from pathlib import Path
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
-from dask_podracer.config import ClusterConfig, RunConfig, SegmentConfig, TournamentConfig
+from dask_podracer.config import ClusterConfig, GroupConfig, RunConfig, SegmentConfig, TournamentConfig
+from dask_podracer.search import KINDS
 
 SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig}
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The string literal under each field of a dataclass, read from its source."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
-    docs = {}
-    for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) \
-                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
-            docs[node.target.id] = " ".join(following.value.value.split())
+    """The string literal under each field of a dataclass, read from its source and its bases' sources."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's own docstrings win over its bases'
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        body = ast.parse(inspect.getsource(klass)).body[0].body
+        for node, following in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) \
+                    and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+                docs[node.target.id] = " ".join(following.value.value.split())
     return docs
 
 
@@ -44,6 +47,15 @@ def main() -> None:
            "are refused before anything starts, with a one-line message naming the key.", ""]
     for name, cls in SECTIONS.items():
         out += [f"## [{name}]", "", *table(cls), ""]
+    out += ["## [search]: priors of fresh agents", "",
+            "One inline table per hyper-parameter, e.g. `actor_lr = { log_uniform = [1e-4, 1e-2] }`.",
+            f"Kinds: {', '.join(KINDS)} (ranges are `[low, high]`, `choice` lists the options). Fresh agents",
+            "draw from these; with `tournament.resample_probability > 0` a child may redraw a perturbed one.", "",
+            "## [[groups]]: mixed populations", "",
+            "Instead of `run.algorithm` + `[hparams]` + `[search]`, a config may declare several groups, each a",
+            "`[[groups]]` table with its own `[groups.hparams]` and `[groups.search]`. Agents are shared out",
+            "by weight; all share one leaderboard; an agent only adopts entries of its own group.", "",
+            *table(GroupConfig), ""]
     for algorithm in registered_algorithms():
         info = algorithm_info(algorithm)
         out += [f"## [hparams] for `algorithm = \"{algorithm}\"`", "",
