@@ -1,6 +1,7 @@
 """Killed workers, a killed client, a lost scheduler: on real processes, with real signals."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,9 @@ def test_chaos_workflow_passes():
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "chaos check passed" in run.stdout and "killed worker" in run.stdout
-    assert "killed the client with 2 records" in run.stdout
+    # the client is killed once the store holds at least 2 records (more may land in the same half second)
+    killed = re.search(r"killed the client with (\d+) records", run.stdout)
+    assert killed and int(killed.group(1)) >= 2, run.stdout
 
 
 def test_losing_the_scheduler_is_said_clearly_and_the_store_resumes(tmp_path):
