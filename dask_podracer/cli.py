@@ -82,8 +82,8 @@ def _train(args: argparse.Namespace) -> int:
             config = config.replace(**overrides)
     except ConfigError as e:
         raise UserError(str(e)) from None
-    security = _security(args)
-    summary = _run(config, args.scheduler, quiet=args.quiet, security=security)
+    tls = _tls_files(args)
+    summary = _run(config, args.scheduler, quiet=args.quiet, tls=tls)
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, {summary.segments_completed} segments "
@@ -96,23 +96,19 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _security(args: argparse.Namespace):
+def _tls_files(args: argparse.Namespace):
     files = [args.tls_ca_file, args.tls_cert, args.tls_key]
     if not any(files):
         return None
     if not all(files):
         raise UserError("--tls-ca-file, --tls-cert and --tls-key go together")
-    missing = [f for f in files if not Path(f).is_file()]
-    if missing:
-        raise UserError(f"no such file: {missing[0]}")
-    from distributed import Security
+    from dask_podracer.population import TLSFiles
 
-    return Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert, tls_client_key=args.tls_key,
-                    require_encryption=True)
+    return TLSFiles(*files)
 
 
-def _run(config, scheduler: str | None, quiet: bool, security=None):
-    from dask_podracer.population import ClusterError, check_constructs, embedded_cluster, run_tournament
+def _run(config, scheduler: str | None, quiet: bool, tls=None):
+    from dask_podracer.population import ClusterError, check_constructs, connect, embedded_client, run_tournament
     from dask_podracer.store import StoreError
 
     try:
@@ -121,22 +117,13 @@ def _run(config, scheduler: str | None, quiet: bool, security=None):
         raise UserError(f"{config.source}: {e}") from None
     budget = config.run.budget_seconds
     printer = None if quiet else (lambda progress: _print_progress(progress, budget))
-    from distributed import Client
-
     try:
         if scheduler is None:
-            with embedded_cluster(config.cluster) as cluster, Client(cluster) as client:
-                _say(quiet, f"embedded LocalCluster: {len(cluster.workers)} workers, "
+            with embedded_client(config.cluster) as client:
+                _say(quiet, f"embedded LocalCluster: {len(client.cluster.workers)} workers, "
                             f"dashboard {client.dashboard_link}")
                 return run_tournament(config, client, on_progress=printer)
-        if scheduler.startswith("tls://") and security is None:
-            raise UserError(f"cannot reach the Dask scheduler at {scheduler} without TLS: "
-                            "give --tls-ca-file, --tls-cert and --tls-key")
-        try:
-            client = Client(scheduler, timeout="10s", security=security)
-        except OSError as e:
-            raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-        with client:
+        with connect(scheduler, tls) as client:
             _say(quiet, f"cluster at {scheduler}: dashboard {client.dashboard_link}")
             return run_tournament(config, client, on_progress=printer)
     except (StoreError, ClusterError) as e:

@@ -1,0 +1,50 @@
+"""Clients for the CLI and the workflows: the embedded LocalCluster, or an existing scheduler (TLS included).
+
+Kept here so that the front ends (`cli.py`, `workflows/`) never import Dask themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+from distributed import Client, Security
+
+from dask_podracer.config import ClusterConfig
+from dask_podracer.population.cluster import ClusterError, embedded_cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSFiles:
+    """PEM files of a client of a TLS-secured scheduler (see docs/scaling.md)."""
+
+    ca_file: str
+    cert: str
+    key: str
+
+    def security(self) -> Security:
+        missing = [f for f in (self.ca_file, self.cert, self.key) if not Path(f).is_file()]
+        if missing:
+            raise ClusterError(f"no such file: {missing[0]}")
+        return Security(tls_ca_file=self.ca_file, tls_client_cert=self.cert, tls_client_key=self.key,
+                        require_encryption=True)
+
+
+def connect(address: str, tls: TLSFiles | None = None, timeout: str = "10s") -> Client:
+    """A client of the scheduler at `address`; a `ClusterError` naming it when it cannot be reached."""
+    if address.startswith("tls://") and tls is None:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address} without TLS: "
+                           "give --tls-ca-file, --tls-cert and --tls-key")
+    try:
+        return Client(address, timeout=timeout, security=tls.security() if tls else None)
+    except (OSError, TimeoutError) as e:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+
+
+@contextlib.contextmanager
+def embedded_client(config: ClusterConfig) -> Iterator[Client]:
+    """A client of a fresh embedded LocalCluster (worker processes on 127.0.0.1), closed on exit."""
+    with embedded_cluster(config) as cluster, Client(cluster) as client:
+        yield client
