@@ -177,11 +177,20 @@ class ClusterConfig:
     resource: str = "auto"
     """What a segment asks of a worker: "GPU", "CPU" (one unit), "none", or "auto" (GPU if some worker
     has one, else CPU if advertised, else one thread). Name it for an adaptive cluster that starts empty."""
+    shrink_delay: float = 15.0
+    """Seconds the cluster's capacity must stay lower before the pool shrinks and cancels its lowest-ranked
+    agents (a worker that died is usually restarted by its nanny within seconds; its segment is rerun)."""
+    allowed_failures: int = 3
+    """Worker deaths a segment may go through before it is recorded as failed (KilledWorker); Dask reruns it
+    from its parent each time. Sets the embedded cluster's scheduler; a remote scheduler keeps its own
+    `distributed.scheduler.allowed-failures`."""
 
     def __post_init__(self) -> None:
         _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
                  self.resource)
         _require(self.capacity_timeout > 0, "cluster.capacity_timeout", "> 0", self.capacity_timeout)
+        _require(self.shrink_delay >= 0, "cluster.shrink_delay", ">= 0", self.shrink_delay)
+        _require(self.allowed_failures >= 0, "cluster.allowed_failures", ">= 0", self.allowed_failures)
         _require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
         _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
 

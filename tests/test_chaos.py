@@ -47,4 +47,21 @@ def test_losing_the_scheduler_is_said_clearly_and_the_store_resumes(tmp_path):
     assert client.returncode != 0
     # distributed's own logger may print the connection errors it saw; our word is the last line
     assert output.strip().splitlines()[-1].startswith("podracer: error: lost the Dask scheduler at tcp://127.0.0.1")
-    assert PodracerStore(store).read_history()  # what was recorded is there to resume from
+    store_ = PodracerStore(store)
+    before = store_.read_history()
+    assert before and store_.read_run_state()["finished"] is False  # what was recorded is there to resume from
+
+    # a new cluster, the same store: the run resumes (its agents, board and segment count) and goes on
+    config.write_text(chaos.CONFIG.format(segments=len(before) + 2))
+    address, cluster = chaos.start_cluster(1, tmp_path)
+    try:
+        resumed = chaos.train(config, store, address)
+        output, _ = resumed.communicate(timeout=300)
+    finally:
+        for proc in cluster:
+            proc.kill()
+    assert resumed.returncode == 0, output
+    history = store_.read_history()
+    assert history[: len(before)] == before and len(history) >= len(before) + 2
+    state = store_.read_run_state()
+    assert state["invocations"] == 2 and state["finished"] is True and state["stop_reason"] == "max_segments"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dask_podracer.config import ConfigError, config_from_dict, load_config, parse_duration
+from helpers import to_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "workflows" / "configs" / "pendulum.toml"
@@ -28,7 +29,7 @@ def test_defaults_and_aliases():
     assert config.store_url == "runs/mine.zarr" and config.run.target_return is None
 
 
-@pytest.mark.parametrize("data, message", [
+BAD_CONFIGS = [
     ({"run": {"env": "Pendulum-v1", "algorithm": "sac", "colour": 1}}, "unknown key run.colour"),
     ({**GOOD, "tournamnet": {}}, "unknown section 'tournamnet'"),
     ({"run": {"env": "Pendulum-v9", "algorithm": "sac"}}, "run.env must be one of"),
@@ -59,7 +60,12 @@ def test_defaults_and_aliases():
     ({"run": {"env": "Pendulum-v1"}, "groups": [{"algorithm": "sac", "hparams": {"tau": 0}}]},
      "groups[0].hparams.tau must be in (0, 1]"),
     ({"run": {"env": "Pendulum-v1"}}, "missing key run.algorithm (or declare [[groups]])"),
-])
+    ({**GOOD, "cluster": {"shrink_delay": -1}}, "cluster.shrink_delay must be >= 0, got -1"),
+    ({**GOOD, "cluster": {"allowed_failures": -1}}, "cluster.allowed_failures must be >= 0, got -1"),
+]
+
+
+@pytest.mark.parametrize("data, message", BAD_CONFIGS)
 def test_bad_configs_name_the_field(data, message):
     with pytest.raises(ConfigError, match=message if "\\" in message else re.escape(message)):
         config_from_dict(data, source="x.toml")
@@ -93,6 +99,20 @@ def test_cli_refuses_bad_configs_in_one_line_and_touches_no_store(tmp_path, toml
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert message in result.stderr and "bad.toml" in result.stderr
     assert not store.exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("data, message", BAD_CONFIGS)
+def test_every_bad_config_is_one_line_and_exit_2_from_the_cli(tmp_path, capsys, monkeypatch, data, message):
+    from dask_podracer.cli import main
+
+    config = tmp_path / "bad.toml"
+    config.write_text(to_toml(data))
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", str(config), "--store", str(tmp_path / "store.zarr")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("podracer: error: ")
+    assert re.search(message if "\\" in message else re.escape(message), err) and "bad.toml" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]  # no store, no runs/ directory
 
 
 def test_cli_refuses_a_bad_budget_and_a_missing_config(tmp_path):

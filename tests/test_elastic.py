@@ -27,6 +27,7 @@ def test_pool_grows_with_the_cluster_and_shrinks_lowest_ranked_first(tmp_path):
                 "store": str(tmp_path / "elastic.zarr")},
         "segment": {"env_steps": 300, "eval_episodes": 2},
         "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32},
+        "cluster": {"shrink_delay": 0.5},
     })
     progress = []
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -59,6 +60,20 @@ def test_pool_grows_with_the_cluster_and_shrinks_lowest_ranked_first(tmp_path):
     assert all(store.has_checkpoint(r["key"]) for r in recorded)
     agents = store.read_run_state()["machine"]["agents"]
     assert len(agents) >= 2 and sum(a["active"] for a in agents) == 1
+    # the shrink cancelled the lowest-ranked agents: each cancelled one ranked below every agent kept
+    cancelled = [r for r in history if r["status"] == "cancelled" and r["reason"] == "capacity"]
+    assert cancelled, history
+    shrink = cancelled[0]["wall_seconds"]
+    kept = {a["id"] for a in agents if a["active"]} - {r["agent"] for r in cancelled}
+    for agent in kept:
+        scores = [r["score"] for r in history if r["agent"] == agent and r["status"] == "finished"
+                  and r["wall_seconds"] <= shrink]
+        kept_score = scores[-1] if scores else None
+        for record in cancelled:
+            if kept_score is None:
+                assert record["agent_score"] is None
+            else:
+                assert record["agent_score"] is None or record["agent_score"] <= kept_score
 
 
 SMALL = {"segment": {"env_steps": 150, "eval_episodes": 2},
@@ -77,13 +92,25 @@ def test_pending_segments_let_an_adaptive_cluster_grow_from_nothing(tmp_path):
     assert summary.stop_reason == "max_segments" and summary.segments_completed == 3
 
 
-def test_a_resource_no_worker_has_is_a_clear_error_not_a_hang(tmp_path):
+def test_a_resource_no_worker_has_is_refused_before_anything_runs(tmp_path):
     config = config_from_dict({
         **SMALL, "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": str(tmp_path / "gpu.zarr")},
-        "cluster": {"resource": "GPU", "capacity_timeout": 2.0}})
+        "cluster": {"resource": "GPU"}})
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
+        with pytest.raises(ClusterError, match=r"cluster.resource is 'GPU' but no worker offers it "
+                                               r"\(workers: 0: \{'CPU': 1\}\)"):
+            run_tournament(config, client, poll_seconds=0.2)
+    assert not (tmp_path / "gpu.zarr").exists()  # refused before the store was created
+
+
+def test_a_cluster_that_never_offers_a_slot_is_a_clear_error_not_a_hang(tmp_path):
+    config = config_from_dict({
+        **SMALL, "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": str(tmp_path / "none.zarr")},
+        "cluster": {"resource": "CPU", "capacity_timeout": 2.0}})
+    with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         started = time.monotonic()
-        with pytest.raises(ClusterError, match=r"no worker has offered \{'GPU': 1\} for \d+s.*'CPU': 1"):
+        with pytest.raises(ClusterError, match=r"no worker has offered \{'CPU': 1\} for \d+s.*\(workers: none\)"):
             run_tournament(config, client, poll_seconds=0.2)
         assert time.monotonic() - started < 30

@@ -6,12 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from distributed import Client, LocalCluster
 
-from dask_podracer.config import config_from_dict
-from dask_podracer.population import ClusterError, run_tournament
+from dask_podracer.config import ClusterConfig, config_from_dict
+from dask_podracer.population import ClusterError, embedded_client, run_tournament
 from dask_podracer.store import PodracerStore
-from dask_podracer.train import load_agent
+from dask_podracer.train import SegmentSpec, load_agent, run_segment
+from helpers import segment_that_kills_its_worker_first
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +21,9 @@ TINY = {"segment": {"env_steps": 150, "eval_episodes": 2},
         "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32}}
 
 
-def tiny(store, **run):
-    return config_from_dict({**TINY, "run": {"env": "Pendulum-v1", "algorithm": "sac", "budget": "3m",
-                                             "store": str(store), **run}})
+def tiny(store, sections=None, **run):
+    return config_from_dict({**TINY, **(sections or {}), "run": {"env": "Pendulum-v1", "algorithm": "sac",
+                                                                 "budget": "3m", "store": str(store), **run}})
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,86 @@ def test_a_store_only_the_client_can_see_fails_before_any_segment(client):
     with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot use the store 'memory://only-here'"):
         run_tournament(tiny("memory://only-here", max_segments=2), client)
     assert not PodracerStore("memory://only-here").read_history()  # nothing was submitted
+
+
+def test_segments_on_a_device_the_workers_lack_are_refused_before_any_segment(client, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("the workers have a GPU here")
+    with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot use segment.device 'cuda'"):
+        run_tournament(tiny(tmp_path / "d.zarr", {"segment": {**TINY["segment"], "device": "cuda"}}), client)
+    assert not PodracerStore(tmp_path / "d.zarr").read_history()
+
+
+def test_a_segment_whose_worker_keeps_dying_is_retried_then_failed_and_the_run_goes_on(tmp_path):
+    store_path = tmp_path / "deaths.zarr"
+    config = tiny(store_path, {"cluster": {"allowed_failures": 1}}, max_segments=4)
+    with embedded_client(ClusterConfig(workers=2, dashboard_address="127.0.0.1:0", allowed_failures=1)) as c:
+        summary = run_tournament(config, c, segment_fn=segment_that_kills_its_worker_first)
+    history = PodracerStore(store_path).read_history()
+    first = [r for r in history if r["key"].startswith("s000000-")]
+    # run on two workers (allowed_failures = 1), both died: recorded once, as failed, and nothing else was
+    assert len(first) == 1 and first[0]["status"] == "failed" and first[0]["error"].startswith("KilledWorker")
+    assert summary.segments_failed == 1 and summary.segments_completed == 3 and summary.stop_reason == "max_segments"
+    assert [r["status"] for r in history if r is not first[0]] == ["finished"] * 3
+    assert not [r for r in history if r["status"] == "cancelled"]  # restarted workers came back: no shrink
+
+
+def test_checkpoints_the_history_never_recorded_are_recovered_on_resume(client, tmp_path):
+    store_path = tmp_path / "recover.zarr"
+    run_tournament(tiny(store_path, max_segments=2), client)
+    store = PodracerStore(store_path)
+    # What a client killed between a segment's end and its next table write leaves: a published checkpoint
+    # that no history record names, its agent marked as running it, and an unfinished invocation.
+    state = store.read_run_state()
+    agent = state["machine"]["agents"][0]
+    key = "s000099-0000beef"
+    run_segment(SegmentSpec(key=key, store_url=str(store_path), env="Pendulum-v1", algorithm="sac",
+                            hparams=agent["hparams"], parent=agent["checkpoint"], seed=99, env_steps=150,
+                            eval_episodes=2, generation=agent["generation"] + 1))
+    agent["running"] = key
+    store.write_run_state({**state, "finished": False, "leg": {"budget_spent": 5.0, "segments": 1}})
+
+    summary = run_tournament(tiny(store_path, max_segments=3), client)
+    history = store.read_history()
+    recovered = [r for r in history if r["key"] == key]
+    assert summary.recovered == 1 and len(recovered) == 1
+    assert recovered[0]["status"] == "finished" and recovered[0]["recovered"] and recovered[0]["agent"] == agent["id"]
+    assert recovered[0]["score"] == store.checkpoint_attrs(key)["score"]
+    # the continued invocation counted 1 + the recovered one towards max_segments 3: one more segment ran
+    assert summary.segments_completed == 2 and summary.stop_reason == "max_segments" and len(history) == 4
+    assert key in [e["key"] for e in store.read_leaderboard()]  # a board of 8 takes it
+    again = run_tournament(tiny(store_path, max_segments=1), client)  # nothing left to recover
+    assert again.recovered == 0 and len(store.read_history()) == 5
+
+
+def test_an_interrupted_invocation_continues_its_budget_and_a_finished_one_starts_afresh(client, tmp_path):
+    store_path = tmp_path / "budget.zarr"
+    run_tournament(tiny(store_path, max_segments=1), client)
+    store = PodracerStore(store_path)
+    assert store.read_run_state()["finished"] is True
+    state = store.read_run_state()
+    store.write_run_state({**state, "finished": False, "leg": {"budget_spent": 178.0, "segments": 0}})
+    summary = run_tournament(tiny(store_path, budget="3m"), client)  # 2 s of the 3 minutes were left
+    assert summary.stop_reason == "budget" and summary.wall_seconds < 60
+    assert store.read_run_state()["finished"] is True
+    summary = run_tournament(tiny(store_path, budget="3m", max_segments=1), client)  # a fresh budget
+    assert summary.stop_reason == "max_segments" and summary.segments_completed == 1
+
+
+def test_a_run_whose_training_diverges_stops_with_exit_1_and_the_last_error(tmp_path):
+    config = tmp_path / "diverge.toml"
+    config.write_text('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nbudget = "3m"\n'
+                      '[segment]\nenv_steps = 150\neval_episodes = 2\n[cluster]\nworkers = 1\n'
+                      'dashboard_address = "127.0.0.1:0"\n[hparams]\nhidden = [16, 16]\nnum_envs = 2\n'
+                      'learning_starts = 20\nbatch_size = 32\nactor_lr = 1e30\ncritic_lr = 1e30\n')
+    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store",
+                          str(tmp_path / "nan.zarr"), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(
+        "podracer: error: segments keep failing; the last one: SegmentError: segment s0")
+    assert "non-finite" in run.stderr and "stopped: failing" in run.stdout
+    store = PodracerStore(tmp_path / "nan.zarr")
+    assert store.read_leaderboard() == [] and store.checkpoint_keys() == []  # nothing diverged was saved
 
 
 def test_a_damaged_checkpoint_is_quarantined_and_the_run_goes_on(client, tmp_path):

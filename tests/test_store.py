@@ -399,3 +399,50 @@ def test_run_state_round_trip(store: PodracerStore) -> None:
     assert PodracerStore(store.url).read_run_state() == state
     store.write_run_state({"next_id": 43})
     assert store.read_run_state() == {"next_id": 43}  # replaced, not merged
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused_and_left_alone(store: PodracerStore) -> None:
+    store.save_checkpoint("new", sample_arrays(), sample_attrs())
+    meta_path = Path(store.url) / "checkpoints" / "new" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["attributes"]["format_version"] = 99
+    meta_path.write_text(json.dumps(meta))
+    before = meta_path.read_bytes()
+    with pytest.raises(StoreError) as err:
+        store.load_checkpoint("new")
+    message = str(err.value)
+    assert "'new'" in message and "format_version 99, newer than" in message and f"up to {FORMAT_VERSION}" in message
+    assert "\n" not in message
+    assert store.checkpoint_keys() == []  # listed nowhere, so nothing picks it as a parent
+    assert meta_path.read_bytes() == before  # and not touched
+
+
+def test_a_store_holds_no_pickle_and_loading_runs_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays of plain numeric dtypes with no codec but bytes, JSON everywhere else: nothing that unpickles."""
+    import torch
+
+    from dask_podracer.train import SegmentSpec, load_agent, run_segment
+
+    url = str(tmp_path / "real.zarr")
+    PodracerStore(url, create=True)
+    run_segment(SegmentSpec(key="k0", store_url=url, env="Pendulum-v1", algorithm="sac", seed=0, env_steps=64,
+                            eval_episodes=2, hparams={"hidden": [8, 8], "num_envs": 2, "learning_starts": 16,
+                                                      "batch_size": 8}))
+    metadata = list(Path(url).rglob("zarr.json"))
+    assert len(metadata) > 20
+    for path in metadata:
+        meta = json.loads(path.read_text())  # every metadata file is JSON
+        if meta["node_type"] == "array":
+            assert meta["data_type"] in {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                         "uint64", "float16", "float32", "float64"}, path
+            assert [c["name"] for c in meta["codecs"]] == ["bytes"], path
+    assert not [p for p in Path(url).rglob("*") if p.suffix in {".pkl", ".pickle", ".pt", ".pth"}]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("loading a checkpoint unpickled something")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    agent = load_agent(PodracerStore(url), "k0")
+    assert agent.algorithm == "sac"

@@ -1,10 +1,15 @@
-"""The tournament state machine, without a cluster: scripted events in, exact instructions out."""
+"""The tournament state machine, without a cluster: scripted events in, exact instructions out.
+
+Every assertion compares whole instruction objects (all fields: hyper-parameters, seeds, plans),
+so any change in a decision shows up here.
+"""
 
 import pytest
 
 from dask_podracer.config import config_from_dict
 from dask_podracer.population import (BudgetReached, CapacityChanged, Cancel, Evict, Promote, SegmentFailed,
-                                      SegmentFinished, Stop, Tournament, Train)
+                                      SegmentFinished, SegmentRecovered, Stop, Tournament, Train)
+from dask_podracer.population.strategies import Plan
 from dask_podracer.train import SegmentResult
 
 
@@ -29,138 +34,234 @@ def make(strategy="tournament", groups=None, search=None, **tournament):
     return Scripted(config_from_dict(data), key_factory=lambda i: f"k{i}")
 
 
+def result(key, score, parent=None, generation=0, hparams=None, algorithm="sac"):
+    return SegmentResult(key=key, parent=parent, algorithm=algorithm, env="Pendulum-v1", hparams=hparams or {},
+                         score=score, env_steps=100, total_env_steps=100, train_seconds=1.0, eval_seconds=0.1,
+                         generation=generation, device="cpu", metrics={})
+
+
 def finished(machine, agent, score):
     train = machine.last_train[agent]
-    result = SegmentResult(key=train.key, parent=train.plan.parent, algorithm="sac", env="Pendulum-v1",
-                           hparams=train.plan.hparams, score=score, env_steps=100, total_env_steps=100,
-                           train_seconds=1.0, eval_seconds=0.1, generation=train.plan.generation, device="cpu",
-                           metrics={})
-    return machine.handle(SegmentFinished(agent, result))
+    algorithm = machine.config.group(train.group).algorithm
+    return machine.handle(SegmentFinished(agent, result(train.key, score, train.plan.parent, train.plan.generation,
+                                                        train.plan.hparams, algorithm)))
 
 
-def shape(instructions):
-    """The decision in each instruction, without the hyper-parameter values a perturbation drew."""
-    out = []
-    for i in instructions:
-        if isinstance(i, Train):
-            out.append(("train", i.event, i.agent, i.key, i.plan.parent, i.plan.generation, i.plan.adopted))
-        elif isinstance(i, Promote):
-            out.append(("promote", i.event, i.key, i.rank))
-        elif isinstance(i, Evict):
-            out.append(("evict", i.event, i.key))
-        elif isinstance(i, Cancel):
-            out.append(("cancel", i.event, i.agent, i.key))
-        elif isinstance(i, Stop):
-            out.append(("stop", i.event, i.reason))
-    return out
+def train(event, agent, index, parent=None, generation=0, hparams=None, adopted=False, load_replay=True,
+          group="sac", env_steps=4000, seed=0, key=None):
+    """The Train the machine must emit: segment `index` has key k<index> and seed run.seed * 1_000_003 + index."""
+    return Train(event, agent, key or f"k{index}", group, Plan(parent, hparams, generation, load_replay, adopted),
+                 seed=seed * 1_000_003 + index, env_steps=env_steps)
+
+
+def perturbed(machine, old_hparams, out_train):
+    """The child's actor_lr is the parent's times or over 1.25 (a seeded coin); everything else is the parent's."""
+    lr = out_train.plan.hparams["actor_lr"]
+    assert lr in (pytest.approx(old_hparams["actor_lr"] * 1.25), pytest.approx(old_hparams["actor_lr"] / 1.25))
+    return {**old_hparams, "actor_lr": lr}
 
 
 def test_tournament_fresh_agents_then_adopt_a_better_entry():
     m = make()
-    assert shape(m.handle(CapacityChanged(2))) == [
-        ("train", 1, 0, "k0", None, 0, False), ("train", 1, 1, "k1", None, 0, False)]
-    assert shape(finished(m, 0, -1000.0)) == [("promote", 2, "k0", 0), ("train", 2, 0, "k2", "k0", 1, False)]
-    assert shape(finished(m, 1, -500.0)) == [("promote", 3, "k1", 0), ("train", 3, 1, "k3", "k1", 1, False)]
-    out = finished(m, 0, -900.0)  # agent 0 improved but k1 is better: it adopts k1
-    assert shape(out) == [("promote", 4, "k2", 1), ("evict", 4, "k0"), ("train", 4, 0, "k4", "k1", 1, True)]
-    lr = out[-1].plan.hparams["actor_lr"]
-    assert lr == pytest.approx(1e-3 * 1.25) or lr == pytest.approx(1e-3 / 1.25)
-    # the perturbed rate is the agent's own now: it stays when the agent keeps training
-    assert m.agents[0].hparams["actor_lr"] == lr
-    assert m.board[0]["group"] == "sac" and [e["key"] for e in m.board] == ["k1", "k2"]
+    H = dict(m.config.hparams)
+    assert m.handle(CapacityChanged(2)) == [train(1, 0, 0, hparams=H), train(1, 1, 1, hparams=H)]
+    assert finished(m, 0, -1000.0) == [Promote(2, "k0", 0), train(2, 0, 2, "k0", 1, H)]
+    assert finished(m, 1, -500.0) == [Promote(3, "k1", 0), train(3, 1, 3, "k1", 1, H)]
+    out = finished(m, 0, -900.0)  # agent 0 improved but k1 is better: it adopts k1, perturbed
+    child = perturbed(m, H, out[-1])
+    assert out == [Promote(4, "k2", 1), Evict(4, "k0"), train(4, 0, 4, "k1", 1, child, adopted=True)]
+    assert m.agents[0].hparams == child  # the child's rate is the agent's own now, kept when it keeps training
+    assert [(e["key"], e["group"], e["score"]) for e in m.board] == [("k1", "sac", -500.0), ("k2", "sac", -900.0)]
+    assert finished(m, 0, -400.0) == [Promote(5, "k4", 0), Evict(5, "k2"), train(5, 0, 5, "k4", 2, child)]
+
+
+def softmax_picks(temperature, draws=30):
+    """Parents the worst agent adopts, over `draws` segments, when the top two entries score -200 and -1000."""
+    m = make(selection="softmax", softmax_temperature=temperature, select_from_top=2, leaderboard_size=4)
+    m.handle(CapacityChanged(3))
+    finished(m, 0, -1000.0)
+    finished(m, 1, -200.0)
+    return m, [finished(m, 2, -1500.0 - i)[-1].plan.parent for i in range(draws)]
+
+
+def test_softmax_selection_follows_the_scores():
+    cold, picks = softmax_picks(0.05)
+    assert set(picks) == {"k1"}  # a cold softmax over standardised scores takes the best
+    hot, picks = softmax_picks(100.0)
+    assert {"k0", "k1"} == set(picks)  # a hot one picks both
+    m = make(selection="softmax", softmax_temperature=0.05, select_from_top=2, leaderboard_size=4)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(3))
+    finished(m, 0, -1000.0)
+    finished(m, 1, -200.0)
+    out = finished(m, 2, -1500.0)
+    assert out == [Promote(4, "k2", 2), train(4, 2, 5, "k1", 1, perturbed(m, H, out[-1]), adopted=True)]
 
 
 def test_target_stops_and_cancels_the_others():
     m = make()
     m.handle(CapacityChanged(2))
-    assert shape(finished(m, 1, -120.0)) == [("promote", 2, "k1", 0), ("cancel", 2, 0, "k0"), ("stop", 2, "target")]
+    assert finished(m, 1, -120.0) == [Promote(2, "k1", 0), Cancel(2, 0, "k0", "target"), Stop(2, "target")]
     assert m.handle(CapacityChanged(4)) == []  # a stopped machine starts nothing
 
 
 def test_capacity_shrinks_lowest_ranked_first_and_grows_back():
     m = make()
+    H = dict(m.config.hparams)
     m.handle(CapacityChanged(3))
     finished(m, 0, -800.0)
     finished(m, 1, -300.0)  # agents 0, 1 run again (k3, k4); agent 2 still runs k2 and has no score
-    assert shape(m.handle(CapacityChanged(1))) == [("cancel", 4, 2, "k2"), ("cancel", 4, 0, "k3")]
+    assert m.handle(CapacityChanged(1)) == [Cancel(4, 2, "k2", "capacity"), Cancel(4, 0, "k3", "capacity")]
     assert [a.id for a in m.active_agents()] == [1]
     out = m.handle(CapacityChanged(3))  # the retired agent with a score comes back first, then the other
-    assert [(i.agent, i.plan.parent) for i in out] == [(0, "k1"), (2, "k1")]
-    assert all(i.plan.adopted for i in out)
+    assert out == [train(5, 0, 5, "k1", 1, perturbed(m, H, out[0]), adopted=True),
+                   train(5, 2, 6, "k1", 1, perturbed(m, H, out[1]), adopted=True)]
 
 
 def test_failures_in_a_row_stop_the_run():
     m = make()
-    m.handle(CapacityChanged(1))
-    outs = [m.handle(SegmentFailed(0, m.agents[0].running, "boom")) for _ in range(3)]
-    assert shape(outs[0]) == [("train", 2, 0, "k1", None, 0, False)]
-    assert shape(outs[2]) == [("stop", 4, "failing")]
+    H = dict(m.config.hparams)
+    assert m.handle(CapacityChanged(1)) == [train(1, 0, 0, hparams=H)]
+    assert m.handle(SegmentFailed(0, "k0", "boom")) == [train(2, 0, 1, hparams=H)]
+    assert m.handle(SegmentFailed(0, "k1", "boom")) == [train(3, 0, 2, hparams=H)]
+    assert m.handle(SegmentFailed(0, "k2", "boom")) == [Stop(4, "failing")]
+    assert m.counters["segments_failed"] == 3
+
+
+def test_a_quarantined_parent_is_evicted_and_its_agents_start_again():
+    m = make()
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -700.0)  # k0 on the board; agent 0 trains on from it (k2)
+    finished(m, 1, -900.0)  # k1 on the board; agent 1 adopts k0 (better), as k3
+    out = m.handle(SegmentFailed(0, "k2", "ChecksumError: k0", quarantined="k0"))
+    # k0 leaves the board; agent 0 (whose checkpoint was k0) starts fresh: the board has 1 entry < fresh_agents
+    assert out == [Evict(4, "k0"), train(4, 0, 4, hparams=H)]
+    assert [e["key"] for e in m.board] == ["k1"] and m.agents[0].checkpoint is None
 
 
 def test_budget_stop_still_records_what_finishes():
     m = make()
     m.handle(CapacityChanged(2))
-    assert shape(m.handle(BudgetReached())) == [("stop", 2, "budget")]
-    assert shape(finished(m, 0, -700.0)) == [("promote", 3, "k0", 0)]  # recorded; nothing new started
+    assert m.handle(BudgetReached()) == [Stop(2, "budget")]
+    assert finished(m, 0, -700.0) == [Promote(3, "k0", 0)]  # recorded; nothing new started
 
 
 def test_max_segments_counts_this_invocation():
     m = Scripted(config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "max_segments": 3}}),
                  key_factory=lambda i: f"k{i}")
-    assert len(m.handle(CapacityChanged(2))) == 2
-    assert [type(i) for i in finished(m, 0, -900.0)] == [Promote, Train]
-    assert [type(i) for i in finished(m, 1, -800.0)] == [Promote]  # 3 started: no fourth
-    assert shape(finished(m, 0, -700.0))[-1] == ("stop", 4, "max_segments")
+    H = dict(m.config.hparams)
+    assert m.handle(CapacityChanged(2)) == [train(1, 0, 0, hparams=H), train(1, 1, 1, hparams=H)]
+    assert finished(m, 0, -900.0) == [Promote(2, "k0", 0), train(2, 0, 2, "k0", 1, H)]
+    assert finished(m, 1, -800.0) == [Promote(3, "k1", 0)]  # 3 started: no fourth
+    assert finished(m, 0, -700.0) == [Promote(4, "k2", 0), Stop(4, "max_segments")]
+
+
+def test_a_resumed_invocation_counts_the_segments_it_already_ran():
+    config = config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "max_segments": 3}})
+    m = Scripted(config, completed_before=2, key_factory=lambda i: f"k{i}")
+    assert m.handle(CapacityChanged(2)) == [train(1, 0, 0, hparams=dict(config.hparams))]  # one left of three
+    used_up = Scripted(config, completed_before=3, key_factory=lambda i: f"k{i}")
+    assert used_up.handle(CapacityChanged(2)) == [Stop(1, "max_segments")]  # none left: stop, do not wait
 
 
 def test_pbt_bottom_quantile_copies_the_top():
     m = make("pbt", quantile=0.25, replay="reset")
+    H = dict(m.config.hparams)
     m.handle(CapacityChanged(4))
-    for agent, score in [(0, -900.0), (1, -300.0), (2, -600.0)]:
-        finished(m, agent, score)  # each keeps training: not yet in a scored bottom quantile
-    out = finished(m, 3, -1000.0)  # agent 3 is the worst of four: it copies the best, agent 1
-    train = out[-1]
-    assert (train.agent, train.plan.parent, train.plan.adopted, train.plan.load_replay) == (3, "k1", True, False)
-    assert m.agents[1].checkpoint == "k1" and m.agents[1].running == "k5"
+    assert finished(m, 0, -900.0) == [Promote(2, "k0", 0), train(2, 0, 4, "k0", 1, H)]  # alone: keeps training
+    assert finished(m, 1, -300.0) == [Promote(3, "k1", 0), train(3, 1, 5, "k1", 1, H)]
+    assert finished(m, 2, -600.0) == [Promote(4, "k2", 1), Evict(4, "k0"), train(4, 2, 6, "k2", 1, H)]
+    out = finished(m, 3, -1000.0)  # agent 3 is the worst of four: it copies the best (agent 1), buffer reset
+    assert out == [train(5, 3, 7, "k1", 1, perturbed(m, H, out[0]), adopted=True, load_replay=False)]
 
 
 def test_generational_waits_for_the_whole_generation():
-    m2 = make("generational", quantile=0.5)
-    m2.handle(CapacityChanged(2))
-    assert not any(isinstance(i, Train) for i in finished(m2, 0, -900.0))  # the barrier holds
-    out = [i for i in finished(m2, 1, -400.0) if isinstance(i, Train)]
-    assert [(i.agent, i.plan.parent, i.plan.adopted) for i in out] == [(0, "k1", True), (1, "k1", False)]
+    m = make("generational", quantile=0.5)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    assert finished(m, 0, -900.0) == [Promote(2, "k0", 0)]  # the barrier holds: nothing starts
+    out = finished(m, 1, -400.0)
+    assert out == [Promote(3, "k1", 0), train(3, 0, 2, "k1", 1, perturbed(m, H, out[1]), adopted=True),
+                   train(3, 1, 3, "k1", 1, H)]
 
 
 def test_random_search_never_adopts_and_draws_from_the_prior():
     m = make("random", search={"actor_lr": {"log_uniform": [1e-4, 1e-2]}, "hidden": {"choice": [[32, 32], [64, 64]]}})
     first = m.handle(CapacityChanged(3))
-    lrs = [i.plan.hparams["actor_lr"] for i in first]
-    assert len(set(lrs)) == 3 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
-    assert all(tuple(i.plan.hparams["hidden"]) in {(32, 32), (64, 64)} for i in first)
+    drawn = [i.plan.hparams for i in first]
+    assert first == [train(1, a, a, hparams=drawn[a]) for a in range(3)]
+    assert len({h["actor_lr"] for h in drawn}) == 3 and all(1e-4 <= h["actor_lr"] <= 1e-2 for h in drawn)
+    assert all(tuple(h["hidden"]) in {(32, 32), (64, 64)} for h in drawn)
+    again = make("random", search={"actor_lr": {"log_uniform": [1e-4, 1e-2]}, "hidden": {"choice": [[32, 32], [64, 64]]}})
+    assert again.handle(CapacityChanged(3)) == first  # the same seed draws the same agents
     finished(m, 1, -200.0)
-    out = finished(m, 0, -1500.0)
-    assert [(i.agent, i.plan.parent, i.plan.adopted) for i in out if isinstance(i, Train)] == [(0, "k0", False)]
+    assert finished(m, 0, -1500.0) == [Promote(3, "k0", 1), train(3, 0, 4, "k0", 1, drawn[0])]
+
+
+def test_children_resample_from_the_prior_when_asked():
+    m = make(search={"actor_lr": {"log_uniform": [1e-5, 1e-4]}}, resample_probability=1.0)
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -1000.0)
+    finished(m, 1, -500.0)
+    out = finished(m, 0, -900.0)  # adopts k1 and redraws actor_lr from its prior (always, at probability 1)
+    lr = out[-1].plan.hparams["actor_lr"]
+    assert 1e-5 <= lr <= 1e-4 and out[-1].plan.adopted and out[-1].plan.parent == "k1"
 
 
 def test_mixed_groups_share_the_board_but_adopt_only_their_own_kind():
     m = make(groups=[{"algorithm": "sac", "hparams": {"hidden": [32, 32]}},
                      {"name": "ppo-small", "algorithm": "ppo", "env_steps": 4096}], fresh_agents=1, perturb=[])
-    out = m.handle(CapacityChanged(4))
-    assert [(i.agent, i.group, i.env_steps) for i in out] == [
-        (0, "sac", 4000), (1, "ppo-small", 4096), (2, "sac", 4000), (3, "ppo-small", 4096)]
-    finished(m, 1, -300.0)
-    out = finished(m, 0, -900.0)  # the board's best is a PPO entry: a SAC agent cannot adopt it
-    assert [(i.agent, i.plan.parent) for i in out if isinstance(i, Train)] == [(0, "k0")]
+    sac, ppo = (dict(g.hparams) for g in m.config.groups)
+    assert m.handle(CapacityChanged(4)) == [
+        train(1, 0, 0, hparams=sac), train(1, 1, 1, hparams=ppo, group="ppo-small", env_steps=4096),
+        train(1, 2, 2, hparams=sac), train(1, 3, 3, hparams=ppo, group="ppo-small", env_steps=4096)]
+    assert finished(m, 1, -300.0) == [Promote(2, "k1", 0),
+                                      train(2, 1, 4, "k1", 1, ppo, group="ppo-small", env_steps=4096)]
+    # the board's best is a PPO entry: a SAC agent cannot adopt it, and keeps training its own
+    assert finished(m, 0, -900.0) == [Promote(3, "k0", 1), train(3, 0, 5, "k0", 1, sac)]
+    assert [e["group"] for e in m.board] == ["ppo-small", "sac"]
 
 
 def test_a_resumed_machine_continues_its_agents():
     m = make()
+    H = dict(m.config.hparams)
     m.handle(CapacityChanged(2))
     finished(m, 0, -800.0)
-    finished(m, 1, -600.0)
-    again = Scripted(m.config, m.board, m.to_state(), key_factory=lambda i: f"r{i}")
+    finished(m, 1, -600.0)  # agent 0 runs k2, agent 1 runs k3 when the state is saved
+    again = Scripted(m.config, m.board, m.to_state(), key_factory=lambda i: f"k{i}")
     assert again.counters["segments_started"] == 4 and again.counters["segments_completed"] == 2
-    out = again.handle(CapacityChanged(2))
-    assert sorted(i.agent for i in out) == [0, 1] and {i.key for i in out} == {"r4", "r5"}
-    assert all(i.plan.parent in {"k0", "k1"} for i in out)
+    assert again.in_flight == {"k2": 0, "k3": 1}
+    out = again.handle(CapacityChanged(2))  # agent 1 comes back first (better ranked), agent 0 adopts its k1
+    assert out == [train(4, 0, 4, "k1", 1, perturbed(again, H, out[0]), adopted=True), train(4, 1, 5, "k1", 1, H)]
+
+
+def test_a_recovered_segment_is_ranked_and_continued_from():
+    m = make()
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -800.0)  # agent 0 trains k2 from k0 when the client dies
+    again = Scripted(m.config, m.board, m.to_state(), key_factory=lambda i: f"k{i}")
+    # k2 finished after the last write: found in the store, it is ranked and agent 0 continues from it
+    assert again.handle(SegmentRecovered(0, result("k2", -400.0, "k0", 1, H), resumed=True)) == [Promote(3, "k2", 0)]
+    assert again.agents[0].checkpoint == "k2" and again.completed_now == 1
+    # a stray checkpoint nobody knew of (its submit was never saved) is ranked, but moves no agent; it
+    # reached the target, so the run stops
+    assert again.handle(SegmentRecovered(None, result("k9", -100.0))) == [
+        Promote(4, "k9", 0), Evict(4, "k0"), Stop(4, "target")]
+    assert again.agents[1].checkpoint is None and again.completed_now == 1
+
+
+def test_the_updater_enters_a_key_once_and_keeps_the_board_ranked():
+    from dask_podracer.population.updater import update_leaderboard
+
+    board, rank = update_leaderboard([], result("a", -500.0), size=2)
+    assert rank == 0 and [e["key"] for e in board] == ["a"]
+    again, rank = update_leaderboard(board, result("a", -100.0), size=2)  # the same segment, run twice by Dask
+    assert rank is None and again == board
+    board, rank = update_leaderboard(board, result("b", -300.0), size=2)
+    assert rank == 0 and [e["key"] for e in board] == ["b", "a"]
+    full, rank = update_leaderboard(board, result("c", -500.0), size=2)  # a tie with the K-th does not enter
+    assert rank is None and full == board
+    board, rank = update_leaderboard(board, result("d", -400.0), size=2)
+    assert rank == 1 and [(e["key"], e["score"]) for e in board] == [("b", -300.0), ("d", -400.0)]

@@ -95,6 +95,10 @@ def check(store_path: Path, before: list[dict]) -> list[str]:
     keys = [r["key"] for r in history]
     if len(keys) != len(set(keys)):
         problems.append("a segment appears twice in the history")
+    state = store.read_run_state()
+    if state.get("invocations", 0) < 2 or not state.get("finished"):
+        problems.append(f"the second client did not resume the run and finish it (run state: invocations "
+                        f"{state.get('invocations')}, stop reason {state.get('stop_reason')!r})")
     board = store.read_leaderboard()
     if len({e["key"] for e in board}) != len(board):
         problems.append("a leaderboard entry appears twice")

@@ -78,26 +78,3 @@ def cluster_slots(client: Client, wait_seconds: float = 60.0, resource: dict[str
         if total >= 1 or resource:
             return Slots({name: 1}, int(total))
     return Slots(None, sum(int(w.get("nthreads", 1)) for w in workers))
-
-
-def _probe_store(url: str) -> None:
-    import uuid
-
-    from dask_podracer.store import PodracerStore
-
-    PodracerStore(url).check_access(uuid.uuid4().hex[:12])
-
-
-def check_store_access(client: Client, url: str) -> None:
-    """Every worker opens the store and writes to it, before any segment is submitted.
-
-    A path that only the client can see (a local directory on a multi-machine cluster,
-    a ``memory://`` store) fails here, once, naming the worker, not in every segment.
-    """
-    from dask_podracer.store import StoreError
-
-    answers = client.run(_probe_store, url, on_error="return")
-    for worker, answer in sorted(answers.items()):
-        if isinstance(answer, StoreError):  # not a worker that died meanwhile: that is Dask's to handle
-            reason = str(answer).splitlines()[0] if str(answer) else type(answer).__name__
-            raise ClusterError(f"worker {worker} cannot use the store '{url}': {reason}")

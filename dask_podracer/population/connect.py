@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+import dask
 from distributed import Client, Security
 
 from dask_podracer.config import ClusterConfig
@@ -45,6 +46,12 @@ def connect(address: str, tls: TLSFiles | None = None, timeout: str = "10s") -> 
 
 @contextlib.contextmanager
 def embedded_client(config: ClusterConfig) -> Iterator[Client]:
-    """A client of a fresh embedded LocalCluster (worker processes on 127.0.0.1), closed on exit."""
-    with embedded_cluster(config) as cluster, Client(cluster) as client:
+    """A client of a fresh embedded LocalCluster (worker processes on 127.0.0.1), closed on exit.
+
+    Its scheduler lets a segment go through `config.allowed_failures` worker deaths before it fails.
+    """
+    # the scheduler runs in this process and reads the setting once, when it is created
+    with dask.config.set({"distributed.scheduler.allowed-failures": config.allowed_failures}):
+        cluster = embedded_cluster(config)
+    with cluster, Client(cluster) as client:
         yield client

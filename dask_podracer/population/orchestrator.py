@@ -19,21 +19,25 @@ from typing import Any
 from distributed import Client, Future, as_completed, wait
 from distributed.comm.core import CommClosedError
 
-from dask_podracer.agents import make_agent
 from dask_podracer.config import Config
-from dask_podracer.envs import make_vec_env
-from dask_podracer.population.cluster import ClusterError, Slots, check_store_access, cluster_slots, embedded_cluster
+from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots
+from dask_podracer.population.connect import embedded_client
+from dask_podracer.population.preflight import check_constructs, check_resources, check_workers
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
-                                                 SegmentFailed, SegmentFinished, Stop, Tournament, Train)
+                                                 SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
+                                                 Train)
 from dask_podracer.store import PodracerStore
-from dask_podracer.train import SegmentResult, SegmentSpec
+from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
 
 SegmentFunction = Callable[[SegmentSpec], SegmentResult]
 FLUSH_SECONDS = 1.0
-"""Tables are written at most this often (and when the run stops): a client killed in between
-loses the records of at most the last second, never a checkpoint or an earlier record."""
+"""Tables are written at most this often (and when the run stops). A client killed in between loses
+no checkpoint: the next invocation finds the ones the history does not record and records them."""
+FINISHED = ("target", "budget", "max_segments", "failing")
+"""Stop reasons of an invocation that ended by itself; any other end (a killed client, a lost
+scheduler, Ctrl-C) leaves it unfinished, and the next invocation continues its budget."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +70,8 @@ class RunSummary:
     segments_failed: int
     stop_reason: str
     """"target", "budget", "max_segments", "failing" (segments keep failing) or "interrupted"."""
+    recovered: int
+    """Segments an earlier, interrupted invocation finished but never recorded, recorded by this one."""
     last_error: str | None
     """The last failed segment's error, if any failed."""
     history: list[dict[str, Any]]
@@ -73,13 +79,6 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def check_constructs(config: Config) -> None:
-    """Build the env and a fresh agent of every group on the client, so a config that cannot run fails first."""
-    env = make_vec_env(config.run.env, 1, device="cpu")
-    for group in config.groups:
-        make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
 
 
 def run_tournament(config: Config, client: Client | None = None,
@@ -93,8 +92,9 @@ def run_tournament(config: Config, client: Client | None = None,
     check_constructs(config)
     with _client_for(config, client) as active:
         slots = cluster_slots(active, requested=config.cluster.resource)
+        check_resources(active, slots, config.cluster.resource)  # before the store is created
         store = PodracerStore(config.store_url, create=True)
-        check_store_access(active, config.store_url)
+        check_workers(active, config)  # every worker: the store, the env, the agents
         active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
         return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
@@ -104,7 +104,7 @@ def _client_for(config: Config, client: Client | None) -> Iterator[Client]:
     if client is not None:
         yield client
         return
-    with embedded_cluster(config.cluster) as cluster, Client(cluster) as embedded:
+    with embedded_client(config.cluster) as embedded:
         yield embedded
 
 
@@ -118,7 +118,13 @@ class _Loop:
         saved = self.store.read_run_state()
         self.wall_offset = float(saved.get("wall_seconds", 0.0))  # time spent by earlier invocations
         self.invocations = int(saved.get("invocations", 0)) + 1
-        self.machine = Tournament(config, self.store.read_leaderboard(), saved.get("machine"))
+        # An invocation that was cut off (killed client, lost scheduler) is continued, not restarted:
+        # its budget and segment count go on from what it had spent.
+        leg = saved.get("leg", {}) if saved and not saved.get("finished", False) else {}
+        self.spent_before = float(leg.get("budget_spent", 0.0))
+        self.continued = bool(leg)
+        self.machine = Tournament(config, self.store.read_leaderboard(), saved.get("machine"),
+                                  completed_before=int(leg.get("segments", 0)))
         self.futures: dict[str, tuple[Future, Train]] = {}
         # with_results: the queue gathers each result as its future finishes, in the background,
         # instead of one blocking round trip per `future.result()` in this loop
@@ -129,13 +135,16 @@ class _Loop:
         self.curve: list[dict[str, Any]] = []
         self.stop_reason = ""
         self.zero_capacity_since: float | None = None
+        self.lower_capacity_since: float | None = None
         self.unwritten_history: list[dict[str, Any]] = []
         self.board_changed = False
         self.dirty = True  # the machine's state differs from the store's
         self.flushed = 0.0  # when the tables were last written
+        self.recovered = 0
 
     def run(self) -> RunSummary:
         try:
+            self._recover()
             self._carry_out(self.machine.handle(CapacityChanged(self.slots.count)))
             next_poll = time.monotonic() + self.poll_seconds
             while not self.stop_reason:
@@ -153,6 +162,27 @@ class _Loop:
         return self._summary()
 
     # -- events in ---------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Record the checkpoints that no history record names: segments that finished after an earlier
+        invocation last wrote its tables (or after its client died). Workers publish checkpoints whole
+        themselves, so these are complete results; only their bookkeeping was lost."""
+        recorded = {r["key"] for r in self.store.read_history()}
+        for key in self.store.checkpoint_keys():
+            if key in recorded or self.store.is_quarantined(key):
+                continue
+            result = result_from_attrs(key, self.store.checkpoint_attrs(key))
+            agent_id = self.machine.in_flight.get(key)
+            instructions = self.machine.handle(SegmentRecovered(agent_id, result, resumed=self.continued))
+            self.recovered += 1
+            self.completed += 1
+            self.env_steps += result.env_steps
+            agent = self.machine.agents.get(agent_id) if agent_id is not None else None
+            self._record({
+                "key": key, "agent": agent_id, "group": agent.group if agent else None, "parent": result.parent,
+                "adopted": None, "generation": result.generation, "hparams": result.hparams, "recovered": True,
+            }, result, None, instructions)
+            self._carry_out(instructions)
+
     def _next_batch(self, timeout: float) -> list[tuple[Future, Any]]:
         """Whatever finished, waiting at most `timeout` seconds for something to (as_completed, with a tick)."""
         if not self.queue.has_ready():
@@ -181,12 +211,12 @@ class _Loop:
                 self.store.quarantine(damaged, error)
             event = SegmentFailed(train.agent, train.key, error, quarantined=damaged)
         instructions = self.machine.handle(event)
-        self._record(train, result, error, instructions)
+        self._record(_planned(train), result, error, instructions)
         self._carry_out(instructions)
 
     def _poll(self) -> None:
         """Follow the cluster: its capacity now, and the budget."""
-        if self._elapsed() >= self.config.run.budget_seconds:
+        if self._budget_spent() >= self.config.run.budget_seconds:
             self._carry_out(self.machine.handle(BudgetReached()))
             return
         try:
@@ -196,15 +226,23 @@ class _Loop:
         except (OSError, CommClosedError, KeyError) as e:  # KeyError: an empty identity once the link is gone
             raise ClusterError(f"lost the Dask scheduler at {self.client.scheduler.address} ({type(e).__name__}); "
                                "everything recorded is in the store: run again on a cluster to resume") from None
+        now = time.monotonic()
         if slots.count == 0:
-            self.zero_capacity_since = self.zero_capacity_since or time.monotonic()
-            waited = time.monotonic() - self.zero_capacity_since
+            self.zero_capacity_since = self.zero_capacity_since or now
+            waited = now - self.zero_capacity_since
             if waited > self.config.cluster.capacity_timeout:
                 need = self.slots.resources or "a thread"
                 raise ClusterError(f"no worker has offered {need} for {waited:.0f}s: "
                                    f"segments cannot run (workers: {describe_workers(self.client)})")
         else:
             self.zero_capacity_since = None
+        # Grow at once; shrink only once the loss has lasted `shrink_delay`: a worker that died is
+        # usually back within seconds (its nanny restarts it) and Dask reruns its segment meanwhile.
+        if slots.count < self.machine.slots:
+            self.lower_capacity_since = self.lower_capacity_since or now
+            if now - self.lower_capacity_since < self.config.cluster.shrink_delay:
+                return
+        self.lower_capacity_since = None
         if slots.count != self.machine.slots:
             self._carry_out(self.machine.handle(CapacityChanged(slots.count)))
 
@@ -215,9 +253,10 @@ class _Loop:
             if isinstance(instruction, Train):
                 self._submit(instruction)
             elif isinstance(instruction, Cancel):
-                future, _ = self.futures.pop(instruction.key, (None, None))
+                future, train = self.futures.pop(instruction.key, (None, None))
                 if future is not None:
                     self.client.cancel([future])
+                    self._record_cancel(train, instruction.reason)
             elif isinstance(instruction, Stop):
                 self.stop_reason = instruction.reason
             else:  # Promote or Evict: the machine's board is the new table
@@ -225,7 +264,7 @@ class _Loop:
 
     def _submit(self, train: Train) -> None:
         seg, run = self.config.segment, self.config.run
-        remaining = max(1.0, run.budget_seconds - self._elapsed())
+        remaining = max(1.0, run.budget_seconds - self._budget_spent())
         group = self.config.group(train.group)
         spec = SegmentSpec(
             key=train.key, store_url=self.store.url, env=run.env, algorithm=group.algorithm,
@@ -241,17 +280,16 @@ class _Loop:
         self.queue.add(future)
 
     # -- records --------------------------------------------------------------------------------
-    def _record(self, train: Train, result: SegmentResult | None, error: str | None,
+    def _record(self, planned: dict[str, Any], result: SegmentResult | None, error: str | None,
                 instructions: list[Instruction]) -> None:
-        wall = self.wall_offset + self._elapsed()
+        """One history record for a finished or failed segment (`planned`: what it was asked to do)."""
         rank = next((i.rank for i in instructions if isinstance(i, Promote)), None)
         self.unwritten_history.append({
-            "key": train.key, "agent": train.agent, "group": train.group, "parent": train.plan.parent,
-            "adopted": train.plan.adopted, "generation": train.plan.generation, "hparams": train.plan.hparams,
+            **planned,
             "status": "finished" if result else "failed", "score": result.score if result else None, "rank": rank,
             "segment_env_steps": result.env_steps if result else 0,
             "lineage_env_steps": result.total_env_steps if result else None,
-            "run_env_steps": self.machine.counters["env_steps"], "wall_seconds": wall,
+            "run_env_steps": self.machine.counters["env_steps"], "wall_seconds": self.wall_offset + self._elapsed(),
             "train_seconds": result.train_seconds if result else None,
             "metrics": result.metrics if result else {}, "device": result.device if result else None,
             "error": error,
@@ -260,6 +298,15 @@ class _Loop:
         self.curve.append({"wall_seconds": self._elapsed(), "env_steps": self.env_steps, "best_score": best})
         self.on_progress(Progress(self._elapsed(), self.completed, self.failed, self.env_steps, best, result, rank,
                                   error, len(self.futures)))
+
+    def _record_cancel(self, train: Train, reason: str) -> None:
+        """A cancelled segment is recorded too (never scored): the pool's decisions stay traceable."""
+        agent = self.machine.agents[train.agent]
+        self.unwritten_history.append({
+            **_planned(train), "status": "cancelled", "reason": reason, "agent_score": agent.score,
+            "score": None, "rank": None, "segment_env_steps": 0, "run_env_steps": self.machine.counters["env_steps"],
+            "wall_seconds": self.wall_offset + self._elapsed(), "error": None,
+        })
 
     def _flush(self) -> None:
         """Write what changed: history first, then the board, then the state that refers to both."""
@@ -271,8 +318,12 @@ class _Loop:
         if self.board_changed:
             self.store.write_leaderboard(self.machine.board)
             self.board_changed = False
-        self.store.write_run_state({"machine": self.machine.to_state(), "invocations": self.invocations,
-                                    "wall_seconds": self.wall_offset + self._elapsed()})
+        self.store.write_run_state({
+            "machine": self.machine.to_state(), "invocations": self.invocations,
+            "wall_seconds": self.wall_offset + self._elapsed(),
+            "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,
+            "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},
+        })
 
     def _finish(self) -> None:
         """After a budget stop, collect segments that end within a few seconds (they were capped at the
@@ -283,22 +334,34 @@ class _Loop:
                 outcome = future.result() if future.status == "finished" else future.exception()
                 self._segment_ended(future, outcome)  # recorded; a stopped machine starts nothing new
         if self.futures:
-            self.client.cancel([f for f, _ in self.futures.values()])
+            with contextlib.suppress(Exception):  # the scheduler may be gone: nothing left to cancel then
+                self.client.cancel([f for f, _ in self.futures.values()])
             self.futures.clear()
         self.stop_reason = self.stop_reason or "interrupted"
+        self.dirty = True
         self._flush()
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def _budget_spent(self) -> float:
+        """Wall-clock seconds of this invocation, plus those of the interrupted invocation it continues."""
+        return self.spent_before + self._elapsed()
 
     def _summary(self) -> RunSummary:
         board = self.machine.board
         return RunSummary(
             store=self.store.url, best_score=self.machine.best_score(), best_key=board[0]["key"] if board else None,
             wall_seconds=self._elapsed(), env_steps=self.env_steps, segments_completed=self.completed,
-            segments_failed=self.failed, stop_reason=self.stop_reason, last_error=self.last_error,
-            history=self.curve, leaderboard=board,
+            segments_failed=self.failed, stop_reason=self.stop_reason, recovered=self.recovered,
+            last_error=self.last_error, history=self.curve, leaderboard=board,
         )
+
+
+def _planned(train: Train) -> dict[str, Any]:
+    """The fields of a history record that say what a segment was asked to do."""
+    return {"key": train.key, "agent": train.agent, "group": train.group, "parent": train.plan.parent,
+            "adopted": train.plan.adopted, "generation": train.plan.generation, "hparams": train.plan.hparams}
 
 
 def describe_workers(client: Client) -> str:

@@ -40,6 +40,18 @@ class SegmentFailed:
 
 
 @dataclasses.dataclass(frozen=True)
+class SegmentRecovered:
+    """A checkpoint found in the store on resume that the history never recorded: its segment finished
+    after the last write of an earlier invocation (or while its client was dead)."""
+
+    agent: int | None
+    """The agent that was training it, if the saved state knew."""
+    result: SegmentResult
+    resumed: bool = False
+    """True when it belongs to the interrupted invocation being continued: it counts towards max_segments."""
+
+
+@dataclasses.dataclass(frozen=True)
 class CapacityChanged:
     slots: int
     """Segments the cluster can run at once now."""
@@ -50,7 +62,7 @@ class BudgetReached:
     pass
 
 
-Event = SegmentFinished | SegmentFailed | CapacityChanged | BudgetReached
+Event = SegmentFinished | SegmentFailed | SegmentRecovered | CapacityChanged | BudgetReached
 
 
 # -- instructions ------------------------------------------------------------------------------
@@ -83,6 +95,8 @@ class Cancel:
     event: int
     agent: int
     key: str
+    reason: str
+    """capacity (the pool shrank), or the reason of the Stop that came with it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +135,10 @@ class Tournament:
     """Agents, the leaderboard and the counters of one tournament; `handle(event) -> instructions`."""
 
     def __init__(self, config: Config, board: list[dict[str, Any]] | None = None,
-                 state: Mapping[str, Any] | None = None, key_factory: Callable[[int], str] = _default_key) -> None:
+                 state: Mapping[str, Any] | None = None, key_factory: Callable[[int], str] = _default_key,
+                 completed_before: int = 0) -> None:
+        """`state`: `to_state()` of an earlier invocation, to resume; `completed_before`: segments that count
+        towards `run.max_segments` already (an interrupted invocation being resumed)."""
         self.config = config
         self.board: list[dict[str, Any]] = [dict(e) for e in board or []]
         self.key_factory = key_factory
@@ -130,12 +147,16 @@ class Tournament:
         self.counters = {"events": 0, "segments_started": 0, "segments_completed": 0, "segments_failed": 0,
                          "env_steps": 0, "failed_in_a_row": 0, **state.get("counters", {})}
         self.agents: dict[int, AgentState] = {}
+        self.in_flight: dict[str, int] = {}
+        """Segment key -> agent, of the segments an earlier invocation left running (see SegmentRecovered)."""
         for raw in state.get("agents", []):  # a resumed run: in-flight segments are lost, agents are not
             agent = AgentState(**{**raw, "running": None, "active": False})
             self.agents[agent.id] = agent
+            if raw.get("running"):
+                self.in_flight[raw["running"]] = agent.id
         self.slots = 0
         self.stopped: str | None = None
-        self.completed_now = 0  # segments finished or failed in this invocation (for max_segments)
+        self.completed_now = completed_before  # segments finished or failed in this invocation (for max_segments)
 
     # -- the one method that mutates --------------------------------------------------------
     def handle(self, event: Event) -> list[Instruction]:
@@ -153,6 +174,8 @@ class Tournament:
             return self._finished(eid, event, rng)
         if isinstance(event, SegmentFailed):
             return self._failed(eid, event, rng)
+        if isinstance(event, SegmentRecovered):
+            return self._recovered(eid, event)
         if isinstance(event, CapacityChanged):
             return self._capacity(eid, event.slots, rng)
         return self._stop(eid, "budget", cancel=False)
@@ -166,18 +189,44 @@ class Tournament:
         self.counters["env_steps"] += result.env_steps
         self.counters["failed_in_a_row"] = 0
         self.completed_now += 1
-        out: list[Instruction] = []
-        before = {e["key"] for e in self.board}
-        self.board, rank = update_leaderboard(self.board, result, self.config.tournament.leaderboard_size, agent.group)
-        if rank is not None:
-            out.append(Promote(eid, result.key, rank))
-            out += [Evict(eid, key) for key in sorted(before - {e["key"] for e in self.board})]
-        run = self.config.run
+        out = self._rank(eid, result, agent.group)
         if self.stopped:
             return out
-        if run.target_return is not None and result.score >= run.target_return:
+        if self._on_target(result):
             return out + self._stop(eid, "target", cancel=True)
         return out + self._after_segment(eid, agent, rng)
+
+    def _recovered(self, eid: int, event: SegmentRecovered) -> list[Instruction]:
+        """Record a result an earlier invocation never saw; the agent (if known) continues from it."""
+        result = event.result
+        agent = self.agents.get(event.agent) if event.agent is not None else None
+        if agent is not None and agent.checkpoint == result.parent:  # its newest checkpoint, not an older branch
+            agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
+            agent.segments += 1
+        group = agent.group if agent is not None else self._group_of(result.algorithm)
+        self.counters["segments_completed"] += 1
+        self.counters["env_steps"] += result.env_steps
+        self.completed_now += int(event.resumed)
+        out = self._rank(eid, result, group)
+        if not self.stopped and self._on_target(result):
+            out += self._stop(eid, "target", cancel=True)
+        return out
+
+    def _rank(self, eid: int, result: SegmentResult, group: str) -> list[Instruction]:
+        """The updater: enter `result` in the board if it beats the K-th entry."""
+        before = {e["key"] for e in self.board}
+        self.board, rank = update_leaderboard(self.board, result, self.config.tournament.leaderboard_size, group)
+        if rank is None:
+            return []
+        evicted = sorted(before - {e["key"] for e in self.board})
+        return [Promote(eid, result.key, rank)] + [Evict(eid, key) for key in evicted]
+
+    def _on_target(self, result: SegmentResult) -> bool:
+        target = self.config.run.target_return
+        return target is not None and result.score >= target
+
+    def _group_of(self, algorithm: str) -> str:
+        return next((g.name for g in self.config.groups if g.algorithm == algorithm), algorithm)
 
     def _failed(self, eid: int, event: SegmentFailed, rng: random.Random) -> list[Instruction]:
         agent = self.agents[event.agent]
@@ -214,6 +263,9 @@ class Tournament:
 
     def _capacity(self, eid: int, slots: int, rng: random.Random) -> list[Instruction]:
         self.slots = slots
+        limit = self.config.run.max_segments
+        if limit and self.completed_now >= limit and not self.running_agents():
+            return self._stop(eid, "max_segments", cancel=False)  # a resumed invocation that had used them up
         target = self.target_agents()
         active = self.active_agents()
         out: list[Instruction] = []
@@ -221,7 +273,7 @@ class Tournament:
             for agent in sorted(active, key=self._rank_key)[: len(active) - target]:
                 agent.active = False
                 if agent.running:
-                    out.append(Cancel(eid, agent.id, agent.running))
+                    out.append(Cancel(eid, agent.id, agent.running, "capacity"))
                     agent.running = None
         for _ in range(target - len(active)):  # grow: bring back the best retired agents, then new ones
             retired = sorted((a for a in self.agents.values() if not a.active), key=self._rank_key, reverse=True)
@@ -253,7 +305,7 @@ class Tournament:
         if cancel:
             for agent in self.active_agents():
                 if agent.running:
-                    out.append(Cancel(eid, agent.id, agent.running))
+                    out.append(Cancel(eid, agent.id, agent.running, reason))
                     agent.running = None
         return out + [Stop(eid, reason)]
 

@@ -124,10 +124,11 @@ def publication(meta: dict[str, Any] | None, key: str, where: str) -> dict[str, 
     if attrs.get("complete") is not True:
         return None
     version = attrs.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
+        what = "newer than" if isinstance(version, int) and not isinstance(version, bool) else "not one of"
         raise StoreError(
-            f"checkpoint '{key}' in store '{where}' has format_version {version!r}, "
-            f"this dask_podracer reads up to {FORMAT_VERSION}"
+            f"checkpoint '{key}' in store '{where}' has format_version {version!r}, {what} the versions "
+            f"this dask_podracer reads (up to {FORMAT_VERSION}); upgrade dask_podracer"
         )
     return attrs
 

@@ -37,9 +37,10 @@ def _check_root(meta: dict[str, Any], url: str) -> None:
             f"(attribute 'format' is {attrs.get('format')!r}, expected {FORMAT_NAME!r})"
         )
     version = attrs.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
+        what = "newer than" if isinstance(version, int) and not isinstance(version, bool) else "not"
         raise StoreError(
-            f"podracer store at '{url}' has format_version {version!r}, newer than "
+            f"podracer store at '{url}' has format_version {version!r}, {what} "
             f"format_version {FORMAT_VERSION} that this dask_podracer reads; upgrade dask_podracer"
         )
 
@@ -144,7 +145,8 @@ class PodracerStore:
         return ck.published_doc(self._store, validate_key(key), self._url) is not None
 
     def checkpoint_keys(self) -> list[str]:
-        """Keys of all published checkpoints, sorted. Unpublished and unreadable ones are skipped."""
+        """Keys of all published checkpoints this code can read, sorted. Unpublished, unreadable and
+        newer-format ones are skipped (with a warning for the last two)."""
         keys = []
         for name in list_children(self._store, ck.CHECKPOINTS):
             try:
@@ -154,10 +156,13 @@ class PodracerStore:
         docs = read_jsons(self._store, [f"{ck.group_path(k)}/zarr.json" for k in keys], self._url)
         found = []
         for key, doc in zip(keys, docs, strict=True):
-            if isinstance(doc, StoreError):
-                log.warning("skipping checkpoint %r: %s", key, doc)
-            elif doc is not None and (doc.get("attributes") or {}).get("complete") is True:
-                found.append(key)
+            try:
+                if isinstance(doc, StoreError):
+                    raise doc
+                if ck.publication(doc, key, self._url) is not None:
+                    found.append(key)
+            except StoreError as e:  # unreadable, or of a newer format: never offered as a parent
+                log.warning("skipping checkpoint %r: %s", key, e)
         return sorted(found)
 
     def quarantine(self, key: str, reason: str) -> None:

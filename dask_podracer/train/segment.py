@@ -35,8 +35,8 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     device = resolve_device(spec.device)
     torch.manual_seed(spec.seed)
     store = PodracerStore(spec.store_url)
-    if store.has_checkpoint(spec.key):
-        return _saved_result(store, spec, device)  # Dask ran this segment again (its worker died after saving)
+    if store.has_checkpoint(spec.key):  # Dask ran this segment again (its worker died after saving)
+        return result_from_attrs(spec.key, store.checkpoint_attrs(spec.key), device=str(device))
 
     hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
     env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=spec.seed)
@@ -70,13 +70,12 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     return result
 
 
-def _saved_result(store: PodracerStore, spec: SegmentSpec, device: torch.device) -> SegmentResult:
-    """The result of a segment whose checkpoint is already saved, read back from its attributes."""
-    attrs = store.checkpoint_attrs(spec.key)
+def result_from_attrs(key: str, attrs: dict, device: str | None = None) -> SegmentResult:
+    """The result of a segment whose checkpoint is saved, read back from its attributes (no tensors loaded)."""
     return SegmentResult(
-        key=spec.key, parent=attrs["parent"], algorithm=attrs["algorithm"], env=attrs["env"], hparams=attrs["hparams"],
+        key=key, parent=attrs["parent"], algorithm=attrs["algorithm"], env=attrs["env"], hparams=attrs["hparams"],
         score=attrs["score"], env_steps=attrs["segment_env_steps"], total_env_steps=attrs["env_steps"],
-        train_seconds=0.0, eval_seconds=0.0, generation=attrs["generation"], device=str(device),
+        train_seconds=0.0, eval_seconds=0.0, generation=attrs["generation"], device=device or "",
         metrics=attrs.get("metrics", {}),
     )
 

@@ -1,0 +1,85 @@
+"""Preflight: everything that can be checked before the first segment is submitted.
+
+The config constructs (env and agents, on the client and on every worker), the store is
+reachable from every worker, and the cluster offers the resource segments ask for. Each
+failure is one line naming the worker, the store or the resource.
+"""
+
+from __future__ import annotations
+
+from distributed import Client
+
+from dask_podracer.agents import make_agent
+from dask_podracer.config import Config
+from dask_podracer.envs import make_vec_env
+from dask_podracer.population.cluster import ClusterError, Slots
+from dask_podracer.store import StoreError
+
+
+def check_constructs(config: Config) -> None:
+    """Build the env and a fresh agent of every group here, so a config that cannot run fails first."""
+    env = make_vec_env(config.run.env, 1, device="cpu")
+    for group in config.groups:
+        make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+def check_resources(client: Client, slots: Slots, requested: str) -> None:
+    """A named resource that the cluster's workers exist but none offers is refused before anything runs.
+
+    A cluster with no worker yet (an adaptive one, starting empty) is given `cluster.capacity_timeout`
+    to grow instead: the orchestrator waits that long for a slot, then stops with a clear error.
+    """
+    if requested in ("auto", "none") or slots.count > 0:
+        return
+    workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
+    if workers:
+        offered = ", ".join(f"{w.get('name')}: {w.get('resources') or {}}" for w in workers)
+        raise ClusterError(f"cluster.resource is {requested!r} but no worker offers it (workers: {offered}); "
+                           f"start workers with --resources \"{requested}=1\" or set cluster.resource")
+
+
+def _probe_worker(config: Config) -> str | None:
+    """On a worker: what keeps it from running this config's segments, in one line; None when nothing does."""
+    import uuid
+
+    import torch
+
+    from dask_podracer.population.tasks import worker_device
+    from dask_podracer.store import PodracerStore
+    from dask_podracer.train import resolve_device
+
+    try:
+        PodracerStore(config.store_url).check_access(uuid.uuid4().hex[:12])
+    except StoreError as e:
+        return f"cannot use the store '{config.store_url}': {_first_line(e)}"
+    device = worker_device() if config.segment.device == "auto" else config.segment.device
+    try:
+        torch.empty(1, device=resolve_device(device))
+    except (RuntimeError, AssertionError) as e:  # AssertionError: torch built without CUDA
+        return f"cannot use segment.device {config.segment.device!r}: {_first_line(e)}"
+    try:
+        check_constructs(config)
+    except (ValueError, ImportError, TypeError) as e:
+        return f"cannot build env {config.run.env!r} and its agents: {type(e).__name__}: {_first_line(e)}"
+    return None
+
+
+def check_workers(client: Client, config: Config) -> None:
+    """Every worker writes to the store, places a tensor on the segments' device and builds the env and
+    agents, before any segment runs.
+
+    A path that only the client can see (a local directory on a multi-machine cluster, a ``memory://``
+    store), `segment.device = "cuda"` on workers without a GPU, or an env a worker cannot build
+    (gymnasium's MuJoCo missing there) fails here, once, naming the worker, not in every segment.
+    """
+    answers = client.run(_probe_worker, config, on_error="return")
+    for worker, answer in sorted(answers.items()):
+        if isinstance(answer, str):
+            raise ClusterError(f"worker {worker} {answer}")
+        if isinstance(answer, BaseException) and not isinstance(answer, OSError):  # OSError: it died meanwhile
+            raise ClusterError(f"worker {worker} failed its preflight: {type(answer).__name__}: "
+                               f"{_first_line(answer)}")
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
