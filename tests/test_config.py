@@ -121,3 +121,13 @@ def test_cli_refuses_a_bad_budget_and_a_missing_config(tmp_path):
     result = _cli("train", str(tmp_path / "nope.toml"), cwd=tmp_path)
     assert result.returncode == 2 and "cannot read config" in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_configuration_reference_is_generated_from_the_dataclasses():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_config_reference", ROOT / "docs" / "make_config_reference.py")
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    written = (ROOT / "docs" / "configuration.md").read_text()
+    assert maker.render() == written, "docs/configuration.md is stale: run python docs/make_config_reference.py"
