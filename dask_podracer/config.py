@@ -94,10 +94,13 @@ class TournamentConfig:
     resample_probability: float = 0.0
     """Chance that a perturbed hyper-parameter is redrawn from its [search] prior instead."""
     replay: str = "copy"
-    """What a child takes of its parent's replay buffer: copy (the parent's transitions) or reset (empty)."""
+    """What a child takes of its parent's replay buffer: copy (every checkpoint holds its whole buffer),
+    share (the same transitions, but each checkpoint stores only those its segment collected and refers to
+    its parent's for the rest: storage grows with the steps trained, not with steps times checkpoints), or
+    reset (an adopting child starts empty)."""
     retries: int = 0
-    """Times Dask re-runs a segment that raised before it is recorded as failed (a worker that dies
-    mid-segment is handled by Dask itself: the segment is rescheduled on another worker)."""
+    """Times Dask re-runs a segment that raised before it is recorded as failed (every exception counts, a
+    diverged segment's too). A worker that dies mid-segment is cluster.allowed_failures' business."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "perturb", tuple(self.perturb))
@@ -115,7 +118,7 @@ class TournamentConfig:
         _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
         _require(0 <= self.resample_probability <= 1, "tournament.resample_probability", "in [0, 1]",
                  self.resample_probability)
-        _require(self.replay in ("copy", "reset"), "tournament.replay", "copy or reset", self.replay)
+        _require(self.replay in ("copy", "share", "reset"), "tournament.replay", "copy, share or reset", self.replay)
         _require(self.retries >= 0, "tournament.retries", ">= 0", self.retries)
 
 

@@ -61,6 +61,7 @@ BAD_CONFIGS = [
      "groups[0].hparams.tau must be in (0, 1]"),
     ({"run": {"env": "Pendulum-v1"}}, "missing key run.algorithm (or declare [[groups]])"),
     ({**GOOD, "cluster": {"shrink_delay": -1}}, "cluster.shrink_delay must be >= 0, got -1"),
+    ({**GOOD, "tournament": {"replay": "keep"}}, "tournament.replay must be copy, share or reset, got 'keep'"),
     ({**GOOD, "cluster": {"allowed_failures": -1}}, "cluster.allowed_failures must be >= 0, got -1"),
 ]
 

@@ -89,3 +89,52 @@ def test_a_segment_run_twice_returns_the_saved_result_without_training_again(sto
     again = run_segment(spec(store, "a"))  # e.g. Dask re-ran it after its worker died past the save
     assert again.score == first.score and again.total_env_steps == first.total_env_steps
     assert again.train_seconds == 0.0 and store.checkpoint_keys() == ["a"]
+
+
+def _lineage(store, prefix, share, parents=3):
+    """Three segments, each from the last; a 250-row buffer, so the third one's buffer wraps."""
+    hparams = {**HPARAMS, "buffer_size": 250}
+    parent = None
+    for i in range(parents):
+        run_segment(spec(store, f"{prefix}{i}", parent=parent, seed=10 + i, generation=i, hparams=hparams,
+                         share_replay=share))
+        parent = f"{prefix}{i}"
+    return parent
+
+
+def _bytes(path):
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def test_shared_replay_gives_the_same_agent_as_copies_and_stores_each_transition_once(tmp_path):
+    copies = PodracerStore(tmp_path / "copy.zarr", create=True)
+    shared = PodracerStore(tmp_path / "share.zarr", create=True)
+    _lineage(copies, "c", share=False)
+    _lineage(shared, "s", share=True)
+    for i in range(3):  # training saw the same buffers: every checkpoint holds the same networks and data
+        a, _ = flatten_state(load_agent(copies, f"c{i}").state_dict())
+        b, _ = flatten_state(load_agent(shared, f"s{i}").state_dict())
+        assert sorted(a) == sorted(b)
+        for name in a:
+            assert (a[name] == b[name]).all(), (i, name)
+    assert load_agent(shared, "s2").replay.size == 250
+    # each shared checkpoint stores only the 100 rows its segment collected; the rest by reference
+    for i, base in enumerate([None, {"key": "s0", "rows": 100}, {"key": "s1", "rows": 150}]):
+        assert shared.load_checkpoint(f"s{i}").arrays["replay.obs"].shape[0] == 100
+        assert shared.checkpoint_attrs(f"s{i}").get("replay_base") == base
+    assert copies.load_checkpoint("c2").arrays["replay.obs"].shape[0] == 250
+    assert _bytes(tmp_path / "share.zarr" / "checkpoints") < _bytes(tmp_path / "copy.zarr" / "checkpoints")
+
+
+def test_a_damaged_shared_ancestor_costs_its_transitions_not_the_load(tmp_path):
+    store = PodracerStore(tmp_path / "share.zarr", create=True)
+    _lineage(store, "s", share=True)
+    chunk = next(p for p in (tmp_path / "share.zarr" / "checkpoints" / "s0").rglob("c/*") if p.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    agent = load_agent(store, "s2")  # s2 holds 100 rows, s1 gives 100 of the 150 it refers to, s0 is damaged
+    assert agent.replay.size == 200
+    result = run_segment(spec(store, "s3", parent="s2", seed=20, generation=3, share_replay=True,
+                              hparams={**HPARAMS, "buffer_size": 250}))
+    assert result.metrics["replay_rows_lost"] == 50.0

@@ -446,3 +446,14 @@ def test_a_store_holds_no_pickle_and_loading_runs_none(tmp_path: Path, monkeypat
     monkeypatch.setattr(torch, "load", refuse)
     agent = load_agent(PodracerStore(url), "k0")
     assert agent.algorithm == "sac"
+
+
+def test_a_version_1_store_and_its_checkpoints_are_still_read(store: PodracerStore) -> None:
+    store.save_checkpoint("old", sample_arrays(), sample_attrs())
+    for path in (Path(store.url) / "zarr.json", Path(store.url) / "checkpoints" / "old" / "zarr.json"):
+        meta = json.loads(path.read_text())
+        meta["attributes"]["format_version"] = 1
+        path.write_text(json.dumps(meta))
+    reopened = PodracerStore(store.url, create=True)
+    assert reopened.checkpoint_keys() == ["old"]
+    assert_arrays_equal(reopened.load_checkpoint("old").arrays, sample_arrays())

@@ -176,6 +176,16 @@ def test_pbt_bottom_quantile_copies_the_top():
     assert out == [train(5, 3, 7, "k1", 1, perturbed(m, H, out[0]), adopted=True, load_replay=False)]
 
 
+def test_pbt_with_a_shared_replay_loads_the_donors_buffer():
+    m = make("pbt", quantile=0.25, replay="share")
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(4))
+    for agent, score in [(0, -900.0), (1, -300.0), (2, -600.0)]:
+        finished(m, agent, score)
+    out = finished(m, 3, -1000.0)
+    assert out == [train(5, 3, 7, "k1", 1, perturbed(m, H, out[0]), adopted=True, load_replay=True)]
+
+
 def test_generational_waits_for_the_whole_generation():
     m = make("generational", quantile=0.5)
     H = dict(m.config.hparams)

@@ -273,6 +273,7 @@ class _Loop:
             seconds=min(seg.seconds, remaining) if seg.seconds > 0 else remaining,
             eval_episodes=seg.eval_episodes, device=seg.device, torch_threads=seg.torch_threads,
             generation=train.plan.generation, load_replay=train.plan.load_replay,
+            share_replay=self.config.tournament.replay == "share",
         )
         future = self.client.submit(self.segment_fn, spec, key=f"segment-{spec.key}", resources=self.slots.resources,
                                     pure=False, retries=self.config.tournament.retries)

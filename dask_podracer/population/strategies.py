@@ -99,7 +99,7 @@ def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str
     config_cls = algorithm_info(group.algorithm).config_cls
     child = perturb_hparams(hparams, cfg.perturb, cfg.perturb_factor, rng, group.search, cfg.resample_probability,
                             valid=lambda h: config_cls(**h))
-    return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay == "copy", adopted=True)
+    return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay != "reset", adopted=True)
 
 
 def select(entries: Sequence[Mapping[str, Any]], machine: Tournament, rng: random.Random) -> Mapping[str, Any]:

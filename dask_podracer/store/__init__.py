@@ -3,13 +3,13 @@
 Everything is plain arrays and JSON: no pickle anywhere, and loading never runs code.
 A local directory is the usual store; any URL zarr/fsspec accepts (``memory://``, ``s3://``) works too.
 
-The Zarr tree (format_version 1)::
+The Zarr tree (format_version 2; version 1 stores and checkpoints are read too)::
 
-    <root>/                      group  {"format": "dask_podracer", "format_version": 1}
+    <root>/                      group  {"format": "dask_podracer", "format_version": 2}
       checkpoints/               group  created with the store, never rewritten afterwards
         <key>/                   group  {} while being written; once published:
                                         {"complete": true, "checksum": "<sha256 hex>",
-                                         "saved_at": "<ISO 8601 UTC>", "format_version": 1,
+                                         "saved_at": "<ISO 8601 UTC>", "format_version": 2,
                                          "arrays": [<array names, sorted>], "attrs": {<user metadata>}}
           <escaped array name>/  array  one chunk, no compression, native byte order
       leaderboard/               group  {"entries": [{...}, ...]}   ranked, replaced as a whole

@@ -16,7 +16,7 @@ import numpy as np
 FORMAT_NAME = "dask_podracer"
 """Value of the root group's ``format`` attribute; marks a directory as ours."""
 
-FORMAT_VERSION: int = 1
+FORMAT_VERSION: int = 2
 """Version of the store layout. Bump it (and note why in the module docstring of
 ``dask_podracer.store``) whenever a reader of the old version would misread the new one."""
 

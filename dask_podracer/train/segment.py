@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import torch
 
 from dask_podracer.agents import Agent, algorithm_info, make_agent
 from dask_podracer.envs import make_vec_env
-from dask_podracer.store import PodracerStore
+from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train.evaluate import evaluate
 from dask_podracer.train.spec import SegmentResult, SegmentSpec
 from dask_podracer.train.state import flatten_state, unflatten_state
@@ -41,9 +42,9 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
     env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=spec.seed)
     agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, spec.hparams, device)
-    lineage_steps = 0
+    lineage_steps = replay_lost = 0
     if spec.parent is not None:
-        lineage_steps = _load_parent(agent, store, spec, device)
+        lineage_steps, replay_lost = _load_parent(agent, store, spec, device)
 
     started = time.perf_counter()
     obs, _ = env.reset(seed=spec.seed)
@@ -57,6 +58,8 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed)
     score = evaluate(agent, eval_env, seed=spec.eval_seed)
     eval_seconds = time.perf_counter() - started - train_seconds
+    if replay_lost:
+        metrics = {**metrics, "replay_rows_lost": float(replay_lost)}
     bad = [k for k, v in {"score": score, **metrics}.items() if not math.isfinite(v)]
     if bad:
         raise SegmentError(f"segment {spec.key}: non-finite {', '.join(bad)}; checkpoint not saved")
@@ -66,7 +69,9 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
         score=score, env_steps=steps, total_env_steps=lineage_steps + steps, train_seconds=train_seconds,
         eval_seconds=eval_seconds, generation=spec.generation, device=str(device), metrics=metrics,
     )
-    save_agent(store, spec.key, agent, result, seed=spec.seed)
+    # one replay row per env step: the newest `steps` rows are this segment's own
+    save_agent(store, spec.key, agent, result, seed=spec.seed,
+               replay_base=spec.parent if spec.share_replay and spec.load_replay else None, own_rows=steps)
     return result
 
 
@@ -80,13 +85,25 @@ def result_from_attrs(key: str, attrs: dict, device: str | None = None) -> Segme
     )
 
 
-def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResult, seed: int) -> None:
-    arrays, skeleton = flatten_state(agent.state_dict())
+def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResult, seed: int,
+               replay_base: str | None = None, own_rows: int = 0) -> None:
+    """Save `agent` under `key`. With `replay_base`, only the newest `own_rows` replay rows are stored and
+    the older ones by reference to that checkpoint's buffer (`"replay_base": {"key", "rows"}`)."""
+    state = agent.state_dict()
+    extra: dict = {}
+    if replay_base is not None and REPLAY in state:
+        replay = state[REPLAY]
+        total = _rows(replay)
+        own = min(own_rows, total)
+        if own < total:  # the oldest rows are the parent's: a reference, not a copy
+            state = {**state, REPLAY: {name: rows[total - own:] for name, rows in replay.items()}}
+            extra["replay_base"] = {"key": replay_base, "rows": total - own}
+    arrays, skeleton = flatten_state(state)
     attrs = {
         "algorithm": result.algorithm, "env": result.env, "hparams": result.hparams,
         "parent": result.parent, "generation": result.generation, "seed": seed,
         "score": result.score, "env_steps": result.total_env_steps, "segment_env_steps": result.env_steps,
-        "metrics": result.metrics, "structure": skeleton,
+        "metrics": result.metrics, "structure": skeleton, **extra,
     }
     store.save_checkpoint(key, arrays, attrs)
 
@@ -99,21 +116,74 @@ def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu
     env = make_vec_env(attrs["env"], 1, device=device)
     agent = make_agent(attrs["algorithm"], env.single_observation_space, env.single_action_space,
                        attrs["hparams"] if hparams is None else hparams, device)
-    agent.load_state_dict(unflatten_state(attrs["structure"], checkpoint.arrays, device))
+    state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
+    _complete_replay(store, attrs, state, device)
+    agent.load_state_dict(state)
     return agent
 
 
-def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: torch.device) -> int:
+def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: torch.device) -> tuple[int, int]:
+    """Load the parent into `agent`; its lineage's env steps, and replay rows its buffer should have had but
+    could not be read (a shared ancestor that is damaged or gone)."""
     checkpoint = store.load_checkpoint(spec.parent)
     attrs = checkpoint.attrs
     if attrs["algorithm"] != spec.algorithm or attrs["env"] != spec.env:
         raise SegmentError(f"segment {spec.key}: parent {spec.parent} is {attrs['algorithm']} on {attrs['env']}, "
                            f"not {spec.algorithm} on {spec.env}")
     state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
+    lost = 0
     if not spec.load_replay:
-        state.pop("replay", None)
+        state.pop(REPLAY, None)
+    else:
+        lost = _complete_replay(store, attrs, state, device)
     agent.load_state_dict(state)
-    return int(attrs["env_steps"])
+    return int(attrs["env_steps"]), lost
+
+
+REPLAY = "replay"
+"""The state-dict entry of an agent's replay buffer: a dict of tensors with one row per transition."""
+
+
+def _rows(replay: dict) -> int:
+    return int(next(iter(replay.values())).shape[0]) if replay else 0
+
+
+def _complete_replay(store: PodracerStore, attrs: dict, state: dict, device: str | torch.device) -> int:
+    """Prepend the rows a checkpoint holds by reference (`replay_base`) to its own; the rows that could
+    not be read. A damaged or quarantined ancestor costs its transitions, never the load: a replay
+    buffer only speeds learning up."""
+    base = attrs.get("replay_base")
+    if not base or REPLAY not in state:
+        return 0
+    older, lost = read_shared_replay(store, base["key"], int(base["rows"]))
+    if older:
+        state[REPLAY] = {name: torch.cat([torch.from_numpy(older[name]).to(device=device, dtype=rows.dtype), rows])
+                         for name, rows in state[REPLAY].items()}
+    return lost
+
+
+def read_shared_replay(store: PodracerStore, key: str, rows: int) -> tuple[dict[str, np.ndarray], int]:
+    """The newest `rows` rows of checkpoint `key`'s whole replay buffer, oldest first, following its
+    `replay_base` references; and how many of those rows could not be read."""
+    pieces: list[dict[str, np.ndarray]] = []
+    prefix = f"{REPLAY}."
+    while rows > 0 and key is not None:
+        try:
+            checkpoint = store.load_checkpoint(key)  # verifies this ancestor's checksum
+        except StoreError:
+            break
+        own = {name[len(prefix):]: array for name, array in checkpoint.arrays.items() if name.startswith(prefix)}
+        count = int(next(iter(own.values())).shape[0]) if own else 0
+        take = min(count, rows)
+        if take:
+            pieces.append({name: array[count - take:] for name, array in own.items()})
+        rows -= take
+        base = checkpoint.attrs.get("replay_base")
+        key = base["key"] if base and rows > 0 else None
+    if not pieces:
+        return {}, rows
+    names = pieces[0].keys()
+    return {name: np.concatenate([piece[name] for piece in reversed(pieces)]) for name in names}, rows
 
 
 def _budget_spent(spec: SegmentSpec, steps: int, seconds: float) -> bool:

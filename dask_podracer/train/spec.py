@@ -40,6 +40,9 @@ class SegmentSpec:
     """Number of segments in this agent's lineage before this one."""
     load_replay: bool = True
     """Take the parent's replay buffer along (False: start with an empty one)."""
+    share_replay: bool = False
+    """Save only the transitions this segment collected, with a reference to the parent's for the rest
+    (`tournament.replay = "share"`): a lineage then stores each transition once, not in every checkpoint."""
 
     def __post_init__(self) -> None:
         if self.env_steps <= 0 and self.seconds <= 0:
