@@ -116,7 +116,7 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
     except ValueError as e:
         raise UserError(f"{config.source}: {e}") from None
     budget = config.run.budget_seconds
-    printer = None if quiet else (lambda progress: _print_progress(progress, budget))
+    printer = None if quiet else _progress_printer(budget)
     try:
         if scheduler is None:
             with embedded_client(config.cluster) as client:
@@ -135,20 +135,11 @@ def _say(quiet: bool, line: str) -> None:
         print(line, flush=True)
 
 
-def _print_progress(p, budget_seconds: float) -> None:
-    rate = p.env_steps / p.wall_seconds if p.wall_seconds > 0 else 0.0
-    done = p.segments_completed + p.segments_failed
-    segments_rate = done / p.wall_seconds if p.wall_seconds > 0 else 0.0
-    spent = min(100.0, 100.0 * p.wall_seconds / budget_seconds)
-    if p.result is not None:
-        entered = f"rank {p.rank + 1}" if p.rank is not None else "not ranked"
-        what = f"{p.result.key} {p.result.algorithm:<4} score {p.result.score:9.1f} ({entered})"
-    else:
-        what = f"segment failed: {p.error}"
-    best = "-" if p.best_score is None else f"{p.best_score:.1f}"
-    print(f"[{p.wall_seconds:7.1f}s {spent:3.0f}% of budget] {what} | best {best} | done {p.segments_completed} "
-          f"failed {p.segments_failed} running {p.running} ({segments_rate:.2f} segments/s) | "
-          f"{p.env_steps:,} env steps, {rate:,.0f}/s", flush=True)
+def _progress_printer(budget_seconds: float):
+    """A bar redrawn in place on a terminal, one line per segment in a log (see progress.py)."""
+    from dask_podracer.progress import ProgressPrinter
+
+    return ProgressPrinter(budget_seconds)
 
 
 def _leaderboard(args: argparse.Namespace) -> int:

@@ -137,17 +137,3 @@ def test_cli_says_clearly_when_the_scheduler_cannot_be_reached(tmp_path):
                           "--scheduler", "tcp://127.0.0.1:9"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in run.stderr
     assert "Traceback" not in run.stderr and not store.exists()
-
-
-def test_the_dashboard_has_a_podracer_page_with_the_leaderboard(client, tmp_path):
-    import urllib.request
-
-    store_path = tmp_path / "dash.zarr"
-    run_tournament(tiny_config(store_path, max_segments=2), client)
-    board = PodracerStore(store_path).read_leaderboard()
-    port = client.scheduler_info()["services"]["dashboard"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/individual-podracer", timeout=30) as response:
-        page = response.read().decode()
-    assert "Leaderboard" in page and "Training pool" in page
-    assert all(entry["key"] in page for entry in board)
-    assert "episodic reward vs wall-clock time".lower() in page.lower()

@@ -1,16 +1,33 @@
-"""Workflow scripts: exporting the champion (TorchScript + card) and using it without dask_podracer."""
+"""Workflow scripts, as cron would run them, against a real LocalCluster with tiny budgets.
 
+resume.py builds the store the other scripts work on (a tiny tournament on the test's
+LocalCluster, given by its address); export_champion.py's TorchScript policy is then
+replayed in a fresh Python process that never imports dask_podracer.
+"""
+
+import importlib.util
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from distributed import LocalCluster
 
+from dask_podracer.config import load_config, parse_duration
 from dask_podracer.store import PodracerStore
-from dask_podracer.train import SegmentSpec, run_segment
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / "workflows"
+
+TINY_TOML = ('[run]\nname = "wf"\nenv = "Pendulum-v1"\nalgorithm = "sac"\nmax_segments = 2\nseed = 3\n'
+             '[tournament]\nleaderboard_size = 3\n'
+             '[segment]\nenv_steps = 400\neval_episodes = 4\n'
+             '[hparams]\nhidden = [32, 32]\nnum_envs = 2\nlearning_starts = 100\nbatch_size = 64\n')
 
 REPLAY = r"""
 import json, math, sys
@@ -34,25 +51,64 @@ print(json.dumps({"score": float(np.mean(returns)), "imported": [m for m in sys.
 """
 
 
+def script(name: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(WORKFLOWS / name), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    store = PodracerStore(tmp_path_factory.mktemp("wf") / "s.zarr", create=True)
-    hparams = {"hidden": [32, 32], "num_envs": 2, "learning_starts": 100, "batch_size": 64}
-    result = run_segment(SegmentSpec(key="champ", store_url=store.url, env="Pendulum-v1", algorithm="sac",
-                                     hparams=hparams, env_steps=600, eval_episodes=4))
-    store.write_leaderboard([{"key": "champ", "score": result.score, "env_steps": 600, "algorithm": "sac",
-                              "parent": None}])
-    return store
+def scheduler():
+    """The "given cluster": a LocalCluster of one worker process, reached by its address."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wf")
+    (path / "tiny.toml").write_text(TINY_TOML)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(scheduler, workdir):
+    """A tiny tournament run by resume.py on the given cluster: the store the other workflows read."""
+    run = script("resume.py", workdir / "tiny.toml", "--store", workdir / "s.zarr", "--scheduler", scheduler,
+                 "--budget", "2m", "--json", workdir / "first.json")
+    assert run.returncode == 0, run.stderr
+    return PodracerStore(workdir / "s.zarr")
+
+
+def test_resume_continues_the_named_tournament_on_the_given_cluster_for_a_budget(store, scheduler, workdir):
+    first = json.loads((workdir / "first.json").read_text())
+    assert first["stop_reason"] == "max_segments" and first["segments_completed"] == 2
+    assert len(store.read_history()) == 2
+    # the next slice: segments bounded by time only, so the 4-second budget is what stops it
+    (workdir / "slice.toml").write_text(TINY_TOML.replace("env_steps = 400", "env_steps = 0\nseconds = 60")
+                                        .replace("max_segments = 2\n", ""))
+    run = script("resume.py", workdir / "slice.toml", "--store", store.url, "--scheduler", scheduler,
+                 "--budget", "4s", "--json", workdir / "second.json")
+    assert run.returncode == 0, run.stderr
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d resume: podracer train .* --budget 4s --quiet", run.stdout)
+    assert f"--scheduler {scheduler}" in run.stdout.splitlines()[0]
+    second = json.loads((workdir / "second.json").read_text())
+    assert second["stop_reason"] == "budget" and 4.0 <= second["wall_seconds"] < 40.0
+    history = store.read_history()
+    assert len(history) == 2 + second["segments_completed"] and second["segments_completed"] >= 1
+    assert store.read_run_state()["invocations"] == 2
+    assert all(r["key"].startswith(("s000002", "s000003")) for r in history[2:])  # counting on, nothing redone
 
 
 def test_exported_champion_reproduces_its_score_in_a_process_without_dask_podracer(store, tmp_path):
     out = tmp_path / "champion"
-    run = subprocess.run([sys.executable, str(ROOT / "workflows" / "export_champion.py"), store.url, str(out),
-                          "--episodes", "4"],
-                         capture_output=True, text=True, timeout=120)
+    run = script("export_champion.py", store.url, out, "--episodes", "4")  # the run's eval_episodes
     assert run.returncode == 0, run.stderr
     card = json.loads((out / "card.json").read_text())
-    assert card["key"] == "champ" and card["algorithm"] == "sac" and card["env"] == "Pendulum-v1"
+    champion = store.read_leaderboard()[0]
+    assert card["key"] == champion["key"] and card["score"] == champion["score"]
+    assert card["algorithm"] == "sac" and card["env"] == "Pendulum-v1" and card["lineage"]
+    # the card's evaluation is the leaderboard's: same seeds, same episodes, same score
     assert card["evaluation"]["score"] == pytest.approx(card["score"], abs=1e-3)
     replay = subprocess.run([sys.executable, "-c", REPLAY, str(out)], capture_output=True, text=True, timeout=120,
                             cwd=tmp_path)
@@ -64,44 +120,45 @@ def test_exported_champion_reproduces_its_score_in_a_process_without_dask_podrac
 
 
 def test_evaluate_top_writes_a_report(store, tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "workflows" / "evaluate_top.py"), store.url, "--top", "3",
-                          "--episodes", "3", "--out", str(tmp_path / "report")], capture_output=True, text=True,
-                         timeout=120)
+    run = script("evaluate_top.py", store.url, "--top", "2", "--episodes", "3", "--out", tmp_path / "report")
     assert run.returncode == 0, run.stderr
     rows = json.loads((tmp_path / "report.json").read_text())
-    assert [r["key"] for r in rows] == ["champ"] and -2000 < rows[0]["fresh_score"] < 0
-    assert "| 1 | champ | sac |" in (tmp_path / "report.md").read_text()
+    board = store.read_leaderboard()
+    assert [r["key"] for r in rows] == [e["key"] for e in board[:2]] and len(rows) == 2
+    assert [r["leaderboard_score"] for r in rows] == [e["score"] for e in board[:2]]
+    assert all(-2000 < r["fresh_score"] < 0 for r in rows)
+    assert f"| 1 | {board[0]['key']} | sac |" in (tmp_path / "report.md").read_text()
 
 
-def test_resume_workflow_runs_a_tiny_budget(tmp_path):
-    config = tmp_path / "tiny.toml"
-    config.write_text('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nmax_segments = 1\n'
-                      '[segment]\nenv_steps = 100\neval_episodes = 2\n[cluster]\nworkers = 1\n'
-                      'dashboard_address = "127.0.0.1:0"\n'
-                      '[hparams]\nhidden = [16, 16]\nnum_envs = 2\nlearning_starts = 50\nbatch_size = 32\n')
-    for _ in range(2):  # the second run resumes the first
-        run = subprocess.run([sys.executable, str(ROOT / "workflows" / "resume.py"), str(config), "--store",
-                              str(tmp_path / "r.zarr"), "--budget", "2m"], capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stderr
-    assert len(PodracerStore(tmp_path / "r.zarr").read_history()) == 2
-
-
-def test_clusters_workflow_runs_locally_and_names_missing_deployments(tmp_path):
-    config = tmp_path / "tiny.toml"
-    config.write_text('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nmax_segments = 2\n'
-                      '[segment]\nenv_steps = 100\neval_episodes = 2\n'
-                      '[hparams]\nhidden = [16, 16]\nnum_envs = 2\nlearning_starts = 50\nbatch_size = 32\n')
-    run = subprocess.run([sys.executable, str(ROOT / "workflows" / "clusters.py"), "local", str(config), "--workers",
-                          "1", "--store", str(tmp_path / "c.zarr")], capture_output=True, text=True, timeout=300)
+def test_clusters_workflow_runs_locally_and_names_missing_deployments(workdir, tmp_path):
+    run = script("clusters.py", "local", workdir / "tiny.toml", "--workers", "1", "--store", tmp_path / "c.zarr")
     assert run.returncode == 0, run.stderr
     assert "stopped: max_segments" in run.stdout
-    missing = subprocess.run([sys.executable, str(ROOT / "workflows" / "clusters.py"), "slurm", str(config)],
-                             capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 2 and "slurm needs dask_jobqueue" in missing.stderr
+    assert len(PodracerStore(tmp_path / "c.zarr").read_history()) == 2
+    for kind, package in (("slurm", "dask_jobqueue"), ("kubernetes", "dask_kubernetes"), ("cuda", "dask_cuda")):
+        if importlib.util.find_spec(package) is not None:
+            continue  # installed: the example would try to reach a real Slurm, Kubernetes or GPU
+        missing = script("clusters.py", kind, workdir / "tiny.toml", timeout=120)
+        assert missing.returncode == 2 and f"{kind} needs {package}" in missing.stderr
 
 
-@pytest.mark.parametrize("script", ["export_champion.py", "chaos.py", "evaluate_top.py", "resume.py", "clusters.py"])
-def test_workflow_scripts_answer_help(script):
-    run = subprocess.run([sys.executable, str(ROOT / "workflows" / script), "--help"], capture_output=True, text=True,
-                         timeout=60)
+def test_the_crontab_line_schedules_a_valid_resume_that_ends_before_the_next():
+    doc = (WORKFLOWS / "resume.py").read_text()
+    line = next(line.strip() for line in doc.splitlines() if "workflows/resume.py" in line and "*" in line)
+    fields, command = line.split()[:5], line.split(None, 5)[5]
+    assert fields == ["0", "*", "*", "*", "*"]  # hourly
+    words = shlex.split(command.split(">>")[0])
+    args = words[words.index("workflows/resume.py") + 1:]
+    spec = importlib.util.spec_from_file_location("resume", WORKFLOWS / "resume.py")
+    resume = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(resume)
+    parsed = resume.parser().parse_args(args)
+    load_config(ROOT / parsed.config)  # the config it names is in the repository and valid
+    assert parsed.scheduler.startswith("tcp://") and parse_duration(parsed.budget) < 3600
+
+
+@pytest.mark.parametrize("name", ["export_champion.py", "chaos.py", "evaluate_top.py", "resume.py", "clusters.py",
+                                  "../docs/make_dashboard_screenshot.py"])
+def test_workflow_scripts_answer_help(name):
+    run = script(name, "--help", timeout=60)
     assert run.returncode == 0 and "usage:" in run.stdout

@@ -10,8 +10,12 @@ KIND is one of:
 
 Each worker advertises the resource a segment asks for (`GPU=1`, or `CPU=1` for `local`
 without GPUs), and the store must be reachable by every worker: a shared filesystem path
-for slurm, an object-store URL (s3://..., gs://...) for kubernetes. Only `local` runs in
-this project's CI; the others are examples against those projects' documented APIs.
+for slurm, an object-store URL (s3://..., gs://...) for kubernetes. Every scheduler
+preloads the live Podracer page of the Dask dashboard (`dask_podracer.population.dashboard_preload`);
+on kubernetes the scheduler and worker pods run PODRACER_IMAGE, an image with dask_podracer
+installed. Only `local` runs in this project's CI; the others follow those projects'
+documented APIs (dask-cuda 26.x, dask-jobqueue 0.9, dask-kubernetes 2026.x) and have not
+been run here (no GPU, Slurm or Kubernetes in CI).
 """
 
 from __future__ import annotations
@@ -22,31 +26,41 @@ import sys
 from dask_podracer.config import ConfigError, load_config
 from dask_podracer.population import run_tournament
 
+PRELOAD = "dask_podracer.population.dashboard_preload"
+
 
 def make_cluster(kind: str, workers: int):
     if kind == "local":
         from distributed import LocalCluster
 
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                            dashboard_address="127.0.0.1:0", resources={"CPU": 1})
+                            dashboard_address="127.0.0.1:0", resources={"CPU": 1},
+                            scheduler_kwargs={"preload": [PRELOAD]})
     if kind == "cuda":
         from dask_cuda import LocalCUDACluster  # pip install dask-cuda
 
-        return LocalCUDACluster(threads_per_worker=1, resources={"GPU": 1}, dashboard_address="127.0.0.1:0")
+        return LocalCUDACluster(threads_per_worker=1, resources={"GPU": 1}, dashboard_address="127.0.0.1:0",
+                                scheduler_kwargs={"preload": [PRELOAD]})
     if kind == "slurm":
         from dask_jobqueue import SLURMCluster  # pip install dask-jobqueue
 
+        # the scheduler runs here, in this process; each job is one worker owning one GPU
         cluster = SLURMCluster(cores=8, processes=1, memory="64GB", walltime="04:00:00",
                                job_extra_directives=["--gres=gpu:1"],
-                               worker_extra_args=["--resources", "GPU=1", "--nthreads", "1"])
+                               worker_extra_args=["--resources", "GPU=1", "--nthreads", "1"],
+                               scheduler_options={"preload": [PRELOAD]})
         cluster.scale(jobs=workers)
         return cluster
     if kind == "kubernetes":
+        import os
+
         from dask_kubernetes.operator import KubeCluster  # pip install dask-kubernetes
 
-        cluster = KubeCluster(name="podracer", n_workers=workers, resources={"limits": {"nvidia.com/gpu": "1"}},
-                              worker_command=["dask-worker", "--resources", "GPU=1", "--nthreads", "1"])
-        return cluster
+        # `env` reaches the scheduler pod too: Dask reads its config from DASK_* variables
+        return KubeCluster(name="podracer", image=os.environ.get("PODRACER_IMAGE", "podracer:latest"),
+                           n_workers=workers, resources={"limits": {"nvidia.com/gpu": "1"}},
+                           worker_command=["dask-worker", "--resources", "GPU=1", "--nthreads", "1"],
+                           env={"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": f'["{PRELOAD}"]'})
     raise ValueError(f"unknown cluster kind {kind!r}: local, cuda, slurm or kubernetes")
 
 

@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluation episodes recorded in the card (the run's segment.eval_episodes reproduces "
                              "the leaderboard score)")
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
     try:
         card = export(PodracerStore(args.store), Path(args.out), args.key, episodes=args.episodes)
     except StoreError as e:

@@ -4,9 +4,10 @@
 
 The same as `podracer train` (it resumes whatever the store holds), with a quiet log
 line per run for a scheduler's log: what it did, and where the store is. Example crontab
-line, a 50-minute slice every hour on an existing cluster:
+line, a 50-minute slice every hour on an existing cluster (the slice ends before the next
+one starts; the store keeps everything between them):
 
-    0 * * * * cd /srv/podracer && python workflows/resume.py configs/ant.toml --scheduler tcp://head:8786 --budget 50m --json runs/last.json >> runs/cron.log 2>&1
+    0 * * * * cd /srv/podracer && .venv/bin/python workflows/resume.py workflows/configs/pendulum.toml --scheduler tcp://head:8786 --budget 50m --json runs/last.json >> runs/cron.log 2>&1
 """
 
 from __future__ import annotations
@@ -18,14 +19,19 @@ import sys
 from dask_podracer.cli import main as podracer
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config")
-    parser.add_argument("--store")
-    parser.add_argument("--scheduler")
-    parser.add_argument("--budget", default="30m")
-    parser.add_argument("--json")
-    args = parser.parse_args(argv)
+    parser.add_argument("config", help="the tournament's TOML config (its run.name names the default store)")
+    parser.add_argument("--store", help="Zarr store path or URL (default: the config's run.store)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="the cluster to run on, e.g. tcp://head:8786 (default: an embedded LocalCluster)")
+    parser.add_argument("--budget", default="30m", help="wall-clock budget of this slice, e.g. 50m (default 30m)")
+    parser.add_argument("--json", metavar="SUMMARY", help="write the run summary as JSON to this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     command = ["train", args.config, "--budget", args.budget, "--quiet"]
     for flag in ("store", "scheduler", "json"):
         if getattr(args, flag):

@@ -1,7 +1,9 @@
-"""The Podracer page of the Dask dashboard, as HTML: leaderboard, training pool, learning curves.
+"""The plain Podracer page, as HTML: leaderboard, training pool, learning curves.
 
-Pure rendering from plain data (store tables and the scheduler's running segments); the
-scheduler plugin in `population/monitor.py` serves it at `/individual-podracer`.
+The fallback of the live Bokeh page (`live.py`): it needs no Bokeh server and no preload
+on the scheduler, refreshes itself by reloading, and is what a script or `curl` can read.
+Pure rendering from a `Snapshot`; the scheduler plugin in `population/monitor.py` serves
+it at `/podracer.html` (and at `/individual-podracer` when the live page is absent).
 """
 
 from __future__ import annotations
@@ -12,18 +14,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dask_podracer.dashboard.plots import curves
+from dask_podracer.dashboard.snapshot import Running, Snapshot, format_hparams, varying
 
 REFRESH_SECONDS = 5
 
 
-def render_page(board: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]],
-                running: Sequence[Mapping[str, Any]], store_url: str) -> str:
-    """The whole page. `running`: {key, worker, since (epoch seconds), agent, hparams} per training segment."""
-    body = [f"<h1>Podracer</h1><p class='store'>store: <code>{_e(store_url)}</code> · refreshes every "
-            f"{REFRESH_SECONDS} s · read-only</p>",
-            "<h2>Leaderboard</h2>", _leaderboard(board),
-            "<h2>Training pool</h2>", _pool(running),
-            "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(history)]
+def render_page(snapshot: Snapshot) -> str:
+    """The whole page."""
+    if snapshot.message:
+        body = [f"<h1>Podracer</h1><p>{_e(snapshot.message)}</p>"]
+    else:
+        body = [(f"<h1>Podracer</h1><p class='store'>store: <code>{_e(snapshot.store_url)}</code> · refreshes every "
+                 f"{REFRESH_SECONDS} s · read-only</p>"),
+                "<h2>Leaderboard</h2>", _leaderboard(snapshot.board),
+                "<h2>Training pool</h2>", _pool(snapshot.running, snapshot.taken),
+                "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(snapshot.history)]
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Podracer</title>"
             f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'><style>{_CSS}</style></head>"
             f"<body>{''.join(body)}</body></html>")
@@ -40,15 +45,16 @@ def _leaderboard(board: Sequence[Mapping[str, Any]]) -> str:
             f"<th>parent</th></tr>{rows}</table>")
 
 
-def _pool(running: Sequence[Mapping[str, Any]]) -> str:
+def _pool(running: Sequence[Running], now: float) -> str:
     if not running:
         return "<p>(no segment is training)</p>"
-    now = time.time()
+    first = varying(running)
     rows = "".join(
-        f"<tr><td class='key'>{_e(r['key'])}</td><td>{_e(str(r.get('agent', '-')))}</td><td>{_e(r['worker'])}</td>"
-        f"<td>{now - r['since']:.0f} s</td><td>{_e(_hparams(r.get('hparams') or {}))}</td></tr>" for r in running)
-    return ("<table><tr><th>segment</th><th>agent</th><th>worker</th><th>running for</th><th>hyper-parameters</th>"
-            f"</tr>{rows}</table>")
+        f"<tr><td class='key'>{_e(r.key)}</td><td>{'-' if r.agent is None else r.agent}</td><td>{_e(r.worker)}</td>"
+        f"<td>{time.strftime('%H:%M:%S', time.localtime(r.since))}</td><td>{max(0.0, now - r.since):.0f} s</td>"
+        f"<td>{_e(format_hparams(r.hparams, first))}</td></tr>" for r in running)
+    return ("<table><tr><th>segment</th><th>agent</th><th>worker</th><th>since</th><th>running for</th>"
+            f"<th>hyper-parameters</th></tr>{rows}</table>")
 
 
 def _curves(history: Sequence[Mapping[str, Any]]) -> str:
@@ -73,10 +79,6 @@ def _curves(history: Sequence[Mapping[str, Any]]) -> str:
         figs.append(fig)
     script, div = components(row(*figs))
     return INLINE.render_js() + script + div  # inline: no network needed to draw
-
-
-def _hparams(hparams: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(hparams.items()))
 
 
 def _e(text: str) -> str:

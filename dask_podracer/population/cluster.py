@@ -34,12 +34,19 @@ class Slots:
 
 
 def embedded_cluster(config: ClusterConfig) -> LocalCluster:
-    """A LocalCluster of worker processes on 127.0.0.1: one per GPU, or one per core without GPUs."""
+    """A LocalCluster of worker processes on 127.0.0.1: one per GPU, or one per core without GPUs.
+
+    Its scheduler preloads the live Podracer page (`dashboard_preload.py`), after any preload
+    named in Dask's config (passing `preload` replaces the config's, so both are given).
+    """
+    import dask
+
     gpus = torch.cuda.device_count()
     if gpus:
         workers, resources = config.workers or gpus, {GPU: 1}
     else:
         workers, resources = config.workers or (os.cpu_count() or 1), {CPU: config.threads_per_worker}
+    preload = [*dask.config.get("distributed.scheduler.preload", []), "dask_podracer.population.dashboard_preload"]
     return LocalCluster(
         n_workers=workers,
         threads_per_worker=config.threads_per_worker,
@@ -49,6 +56,7 @@ def embedded_cluster(config: ClusterConfig) -> LocalCluster:
         dashboard_address=config.dashboard_address,
         resources=resources,
         silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
+        scheduler_kwargs={"preload": preload},
     )
 
 

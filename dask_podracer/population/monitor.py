@@ -1,19 +1,47 @@
-"""Serve the Podracer page on the Dask dashboard, from a scheduler plugin.
+"""What the Podracer pages of the Dask dashboard read, from a scheduler plugin; and the plain page.
 
 `run_tournament` registers `PodracerPage` on the scheduler of whatever cluster it runs
-on (the embedded LocalCluster or a remote one), so the page is at
-`<dashboard>/individual-podracer` while the run goes on. The plugin only reads: the
-store's tables and the scheduler's own record of which segment runs where.
+on (the embedded LocalCluster or a remote one). The plugin knows the run's store and
+records, from the scheduler's transitions, when each segment began running where.
+`current_snapshot(scheduler)` combines the two for the pages:
+
+- the live Bokeh page at `/individual-podracer` (and its `-leaderboard`, `-pool`,
+  `-curves` panels), when the scheduler preloaded `population/dashboard_preload.py`;
+- the plain HTML page, always at `/podracer.html`, and at `/individual-podracer` too
+  when the live page is absent (a scheduler started without the preload).
+
+Everything here only reads: the store's small tables, cached for a second so that any
+number of open pages cost one read a second. Refreshes read them in a thread, off the
+scheduler's event loop; only a page's first drawing (Bokeh builds documents
+synchronously) reads on the loop, when the cache is older than a second.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
+from tornado import web
+
+from dask_podracer.dashboard.page import render_page
+from dask_podracer.dashboard.snapshot import Running, Snapshot
 
 ROUTE = "/individual-podracer"
+PLAIN_ROUTE = "/podracer.html"
+CACHE_SECONDS = 1.0
+"""The store's tables are read at most this often, whatever the number of open pages."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tables:
+    board: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    agents: dict[str, dict[str, Any]]
+    """Segment key -> the state of the agent it trains, from the run's state."""
+    error: str | None = None
 
 
 class PodracerPage(SchedulerPlugin):
@@ -22,19 +50,15 @@ class PodracerPage(SchedulerPlugin):
     def __init__(self, store_url: str) -> None:
         self.store_url = store_url
         self.started: dict[str, float] = {}  # segment key -> when it began processing
+        self._cache: tuple[float, _Tables] | None = None
 
     async def start(self, scheduler: Any) -> None:
         if getattr(scheduler, "_podracer_route", False):
-            return  # a later run re-registered the plugin: the route already asks for the current one
-        from tornado import web
-
-        class Handler(web.RequestHandler):
-            def get(self) -> None:
-                plugin = scheduler.plugins.get(PodracerPage.name)  # the latest run's plugin, by name
-                self.set_header("Content-Type", "text/html; charset=utf-8")
-                self.write(plugin.render(scheduler) if plugin else "<p>no tournament has run here</p>")
-
-        scheduler.http_application.add_handlers(r".*", [(ROUTE, Handler)])
+            return  # a later run re-registered the plugin: the handlers look the current one up by name
+        routes: list[tuple[str, type, dict[str, Any]]] = [(PLAIN_ROUTE, _PlainPage, {"scheduler": scheduler})]
+        if ROUTE not in bokeh_paths(scheduler):  # no preload: the plain page takes the live page's place
+            routes.append((ROUTE, _PlainPage, {"scheduler": scheduler}))
+        scheduler.http_application.add_handlers(r".*", routes)
         scheduler._podracer_route = True
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
@@ -44,23 +68,66 @@ class PodracerPage(SchedulerPlugin):
             elif start == "processing":
                 self.started.pop(key, None)
 
-    def render(self, scheduler: Any) -> str:
-        from dask_podracer.dashboard.page import render_page
+    def read_tables(self) -> _Tables:
+        """The store's leaderboard, history and running agents, at most `CACHE_SECONDS` old. Blocking."""
+        cached = self._cache
+        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+            return cached[1]
         from dask_podracer.store import PodracerStore, StoreError
 
         try:
-            store = PodracerStore(self.store_url)
-            board, history = store.read_leaderboard(), store.read_history()
-            agents = {a["running"]: a for a in store.read_run_state().get("machine", {}).get("agents", [])
-                      if a.get("running")}
-        except StoreError as e:
-            return f"<p>cannot read the store: {e}</p>"
+            store = PodracerStore(self.store_url)  # without create=True: opening writes nothing
+            agents = store.read_run_state().get("machine", {}).get("agents", [])
+            tables = _Tables(store.read_leaderboard(), store.read_history(),
+                             {a["running"]: a for a in agents if a.get("running")})
+        except (StoreError, OSError, ValueError) as e:
+            tables = _Tables([], [], {}, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+        self._cache = (time.monotonic(), tables)
+        return tables
+
+    async def snapshot(self, scheduler: Any) -> Snapshot:
+        """The pages' data. The store is read in a thread: the scheduler's event loop never waits on it."""
+        tables = await asyncio.get_running_loop().run_in_executor(None, self.read_tables)
+        return self._combine(scheduler, tables)
+
+    def snapshot_now(self, scheduler: Any) -> Snapshot:
+        """The same, reading the store on the calling thread (a page's first drawing)."""
+        return self._combine(scheduler, self.read_tables())
+
+    def _combine(self, scheduler: Any, tables: _Tables) -> Snapshot:
         running = []
         for key, since in sorted(self.started.items(), key=lambda kv: kv[1]):
             task = scheduler.tasks.get(key)
             if task is None or task.processing_on is None:
                 continue
-            agent = agents.get(key.removeprefix("segment-"), {})
-            running.append({"key": key.removeprefix("segment-"), "worker": task.processing_on.address,
-                            "since": since, "agent": agent.get("id", "-"), "hparams": agent.get("hparams")})
-        return render_page(board, history, running, self.store_url)
+            agent = tables.agents.get(key.removeprefix("segment-"), {})
+            running.append(Running(key.removeprefix("segment-"), task.processing_on.address, since,
+                                   agent.get("id"), agent.get("hparams")))
+        return Snapshot(self.store_url, tables.board, tables.history, running, tables.error)
+
+
+async def current_snapshot(scheduler: Any) -> Snapshot:
+    """What the latest tournament on `scheduler` looks like now (an empty snapshot before any)."""
+    plugin = scheduler.plugins.get(PodracerPage.name)  # the latest run's plugin, by name
+    return await plugin.snapshot(scheduler) if isinstance(plugin, PodracerPage) else Snapshot(None)
+
+
+def current_snapshot_now(scheduler: Any) -> Snapshot:
+    """The same, reading the store (if the cache is stale) on the calling thread."""
+    plugin = scheduler.plugins.get(PodracerPage.name)
+    return plugin.snapshot_now(scheduler) if isinstance(plugin, PodracerPage) else Snapshot(None)
+
+
+def bokeh_paths(scheduler: Any) -> set[str]:
+    """The routes of the scheduler's Bokeh dashboard (what dask-labextension lists from)."""
+    return {path for app in scheduler.http_application.applications for path in getattr(app, "app_paths", ())}
+
+
+class _PlainPage(web.RequestHandler):
+    def initialize(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    async def get(self) -> None:
+        page = render_page(await current_snapshot(self.scheduler))
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.write(page)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -95,7 +96,9 @@ def run_tournament(config: Config, client: Client | None = None,
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         store = PodracerStore(config.store_url, create=True)
         check_workers(active, config)  # every worker: the store, the env, the agents
-        active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
+        with warnings.catch_warnings():  # a later run on the same scheduler replaces the page's plugin, as meant
+            warnings.filterwarnings("ignore", message=".*already contains a plugin", category=UserWarning)
+            active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
         return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
 

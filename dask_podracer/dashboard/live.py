@@ -1,0 +1,184 @@
+"""The live Podracer page: a Bokeh document on the Dask dashboard, redrawn by a periodic callback.
+
+It draws the `Snapshot`s it is handed: the leaderboard (a DataTable), the training pool
+(which agent's segment runs on which worker, since when, with which hyper-parameters)
+and the seeds' two learning curves, reward vs wall-clock time and reward vs env steps,
+one colour per agent plus the best score so far. Read-only: nothing on the page writes.
+Which scheduler, which store and how to read them is `population/dashboard_preload.py`'s
+business; this module knows only Bokeh.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from bokeh.document import Document
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource, DataTable, Div, HoverTool, NumberFormatter, TableColumn
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from dask_podracer.dashboard.plots import curves
+from dask_podracer.dashboard.snapshot import Running, Snapshot, format_hparams, varying
+
+PARTS = ("leaderboard", "pool", "curves")
+REFRESH_MS = 2000
+"""How often an open page asks for a new snapshot (the store is read at most once a second anyway)."""
+LEGEND_AGENTS = 12
+"""Above this many agents the curves drop their legend (hover a point for its agent)."""
+
+
+def build_document(doc: Document, first: Snapshot, read: Callable[[], Awaitable[Snapshot]],
+                   parts: Sequence[str] = PARTS, refresh_ms: int = REFRESH_MS) -> None:
+    """Fill `doc` with the `parts` of the page drawn from `first`, then redraw from `await read()` periodically."""
+    view = PodracerView(parts)
+    view.update(first)
+
+    async def refresh() -> None:
+        view.update(await read())
+
+    doc.add_periodic_callback(refresh, refresh_ms)
+    doc.title = "Dask: Podracer" + ("" if len(parts) > 1 else f" {parts[0]}")
+    doc.add_root(view.root)
+
+
+class PodracerView:
+    """The page's Bokeh models; `update(snapshot)` redraws them, sending only what changed."""
+
+    def __init__(self, parts: Sequence[str] = PARTS) -> None:
+        unknown = sorted(set(parts) - set(PARTS))
+        if unknown:
+            raise ValueError(f"unknown page part {unknown[0]!r}: the parts are {', '.join(PARTS)}")
+        self.parts = tuple(parts)
+        single = len(self.parts) == 1  # a panel of its own, e.g. in dask-labextension: fill it
+        self.header = Div(text="", name="podracer-header", sizing_mode="stretch_width")
+        self.board = ColumnDataSource(leaderboard_columns([]), name="podracer-leaderboard-source")
+        self.pool = ColumnDataSource(pool_columns([], 0.0), name="podracer-pool-source")
+        self.points, self.lines, self.best = (ColumnDataSource(d) for d in curve_columns([]))
+        items: list[Any] = [self.header]
+        if "leaderboard" in self.parts:
+            items += [_heading("Leaderboard", single),
+                      _table(self.board, "podracer-leaderboard", _board_columns(), 280, single)]
+        if "pool" in self.parts:
+            items += [_heading("Training pool", single), _table(self.pool, "podracer-pool", _pool_columns(), 180, single)]
+        self.figures: list[Any] = []
+        if "curves" in self.parts:
+            self.figures = [self._figure("wall", "wall-clock seconds", single), self._figure("steps", "env steps", single)]
+            items += [_heading("Episodic reward vs wall-clock time and vs env steps", single),
+                      row(*self.figures, sizing_mode="stretch_both" if single else "stretch_width")]
+        self.root = column(*items, sizing_mode="stretch_both" if single else "stretch_width", name="podracer")
+
+    def update(self, snapshot: Snapshot) -> None:
+        self.header.text = _header(snapshot)
+        _set(self.board, leaderboard_columns(snapshot.board))
+        _set(self.pool, pool_columns(snapshot.running, snapshot.taken))
+        if self.figures:
+            points, lines, best = curve_columns(snapshot.history)
+            for source, data in ((self.points, points), (self.lines, lines), (self.best, best)):
+                _set(source, data)
+            for fig in self.figures:
+                fig.legend.visible = len(lines["agent"]) <= LEGEND_AGENTS
+
+    def _figure(self, x: str, label: str, single: bool) -> Any:
+        fig = figure(x_axis_label=label, y_axis_label="evaluation return", height=340, name=f"podracer-reward-vs-{x}",
+                     sizing_mode="stretch_both" if single else "stretch_width", tools="pan,wheel_zoom,box_zoom,reset")
+        fig.multi_line(f"{x}_xs", "ys", color="color", source=self.lines, alpha=0.45, line_width=1.5)
+        dots = fig.scatter(x, "score", color="color", source=self.points, size=7, alpha=0.8, legend_field="agent")
+        fig.step(x, "score", source=self.best, mode="after", color="black", line_width=2.5, legend_label="best so far")
+        fig.add_tools(HoverTool(renderers=[dots], tooltips=[("", "@agent"), ("score", "@score{0.0}"),
+                                                             ("env steps", "@steps{0,0}"), ("seconds", "@wall{0.0}")]))
+        fig.add_layout(fig.legend[0], "right")  # beside the plot: inside, it hides the latest points
+        fig.legend.label_text_font_size = "8pt"
+        fig.toolbar.logo = None
+        return fig
+
+
+def leaderboard_columns(board: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The leaderboard table's columns, best first."""
+    return {"rank": list(range(1, len(board) + 1)), "key": [e["key"] for e in board],
+            "score": [float(e["score"]) for e in board], "env_steps": [int(e["env_steps"]) for e in board],
+            "group": [str(e.get("group") or e.get("algorithm", "")) for e in board],
+            "generation": [int(e.get("generation", 0)) for e in board],
+            "parent": [e.get("parent") or "-" for e in board]}
+
+
+def pool_columns(running: Sequence[Running], now: float) -> dict[str, list[Any]]:
+    """The training pool's columns, longest-running first; `now` (epoch seconds) gives "running for"."""
+    running = sorted(running, key=lambda r: r.since)
+    first = varying(running)  # the differences between the agents lead; the long tail is cut at the table's edge
+    return {"key": [r.key for r in running], "agent": ["-" if r.agent is None else str(r.agent) for r in running],
+            "worker": [r.worker for r in running],
+            "since": [time.strftime("%H:%M:%S", time.localtime(r.since)) for r in running],
+            "seconds": [round(max(0.0, now - r.since), 1) for r in running],
+            "hparams": [format_hparams(r.hparams, first) for r in running]}
+
+
+def curve_columns(history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[Any]], ...]:
+    """(points, lines, best): one point per finished segment, one line per agent, the best score so far."""
+    series = curves(history)
+    best = series.pop("best", {"wall_seconds": [], "env_steps": [], "score": []})
+    agents = sorted(series, key=_agent_order)
+    colors = {name: Category10_10[i % 10] for i, name in enumerate(agents)}
+    points: dict[str, list[Any]] = {"agent": [], "wall": [], "steps": [], "score": [], "color": []}
+    for name in agents:
+        line = series[name]
+        points["agent"] += [name] * len(line["score"])
+        points["wall"] += line["wall_seconds"]
+        points["steps"] += line["env_steps"]
+        points["score"] += line["score"]
+        points["color"] += [colors[name]] * len(line["score"])
+    lines = {"agent": agents, "wall_xs": [series[a]["wall_seconds"] for a in agents],
+             "steps_xs": [series[a]["env_steps"] for a in agents], "ys": [series[a]["score"] for a in agents],
+             "color": [colors[a] for a in agents]}
+    return points, lines, {"wall": best["wall_seconds"], "steps": best["env_steps"], "score": best["score"]}
+
+
+def _agent_order(name: str) -> tuple[int, str]:
+    number = name.removeprefix("agent ")
+    return (int(number), "") if number.isdigit() else (1 << 62, name)
+
+
+def _header(snapshot: Snapshot) -> str:
+    if snapshot.message:
+        return f"<h2 style='margin:0.3em 0'>Podracer</h2><p>{html.escape(snapshot.message)}</p>"
+    finished = sum(r.get("status") == "finished" for r in snapshot.history)
+    failed = sum(r.get("status") == "failed" for r in snapshot.history)
+    best = f"{snapshot.board[0]['score']:.1f}" if snapshot.board else "-"
+    return (f"<h2 style='margin:0.3em 0'>Podracer</h2><p style='color:#555'>store <code>"
+            f"{html.escape(str(snapshot.store_url))}</code> · best {best} · {finished} segments finished, {failed} "
+            f"failed · {len(snapshot.running)} training · updated "
+            f"{time.strftime('%H:%M:%S', time.localtime(snapshot.taken))} · read-only</p>")
+
+
+def _heading(text: str, single: bool) -> Any:
+    return Div(text=f"<h3 style='margin:0.2em 0'>{text}</h3>", visible=not single, sizing_mode="stretch_width")
+
+
+def _table(source: ColumnDataSource, name: str, columns: list[TableColumn], height: int, single: bool) -> DataTable:
+    return DataTable(source=source, columns=columns, name=name, index_position=None, height=height,
+                     sizing_mode="stretch_both" if single else "stretch_width", reorderable=False)
+
+
+def _set(source: ColumnDataSource, data: dict[str, list[Any]]) -> None:
+    if dict(source.data) != data:  # assigning sends the whole table to every browser: only when it changed
+        source.data = data
+
+
+# functions, not lists: a Bokeh model belongs to one document, and every open page is its own document
+def _board_columns() -> list[TableColumn]:  # widths are proportions: the table fills its width
+    return [TableColumn(field="rank", title="rank", width=35), TableColumn(field="key", title="key", width=130),
+            TableColumn(field="score", title="score", formatter=NumberFormatter(format="0.0"), width=70),
+            TableColumn(field="env_steps", title="env steps", formatter=NumberFormatter(format="0,0"), width=80),
+            TableColumn(field="group", title="group", width=60),
+            TableColumn(field="generation", title="gen", width=35),
+            TableColumn(field="parent", title="parent", width=130)]
+
+
+def _pool_columns() -> list[TableColumn]:
+    return [TableColumn(field="key", title="segment", width=130), TableColumn(field="agent", title="agent", width=40),
+            TableColumn(field="worker", title="worker", width=140), TableColumn(field="since", title="since", width=60),
+            TableColumn(field="seconds", title="running for (s)", formatter=NumberFormatter(format="0"), width=80),
+            TableColumn(field="hparams", title="hyper-parameters", width=450)]
