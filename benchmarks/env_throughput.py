@@ -3,6 +3,7 @@
     python benchmarks/env_throughput.py                      # Pendulum and CartPole, CPU
     python benchmarks/env_throughput.py --device cuda        # the torch envs on a GPU
     python benchmarks/env_throughput.py --ant                # also Ant: gym adapter (sync/async) and MuJoCo Warp
+    python benchmarks/env_throughput.py --envs CartPole-v1   # one env's rows only
 
 Each figure steps one env batch for at least `--seconds` (and 3 steps) after a warm-up,
 with random actions drawn beforehand; steps/s counts every env in the batch. Torch runs
@@ -65,17 +66,20 @@ def fmt(rate: float | None) -> str:
     return "—" if rate is None else f"{rate:,.0f}"
 
 
-def classic_table(device: str, seconds: float, gym_max: int) -> None:
+CLASSIC = ["Pendulum-v1", "CartPole-v1"]  # ours and gymnasium's share the id
+
+
+def classic_table(device: str, seconds: float, gym_max: int, names: list[str]) -> None:
     print(f"| env | envs | ours on {device} (steps/s) | gymnasium SyncVectorEnv (steps/s) | ours / gym at this size "
           "| ours / gym's best |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, gym_id in [("Pendulum-v1", "Pendulum-v1"), ("CartPole-v1", "CartPole-v1")]:
+    for name in names:
         try:
             make_vec_env(name, 1)
         except ValueError:
             print(f"| {name} | not registered | | | | |")
             continue
-        gym_rates = {n: gym_rate(gym_id, n, seconds) for n in GYM_SIZES if n <= gym_max}
+        gym_rates = {n: gym_rate(name, n, seconds) for n in GYM_SIZES if n <= gym_max}
         best = max(gym_rates.values())
         for n in TORCH_SIZES:
             ours = torch_rate(name, n, device, seconds)
@@ -117,6 +121,7 @@ def main() -> None:
     # One thread by default: on this 2-vCPU machine shared with other work, 2 threads
     # spin-waiting at OpenMP barriers ran 10-20x slower than one (docs/developing.md).
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    parser.add_argument("--envs", nargs="+", default=CLASSIC, choices=CLASSIC, help="classic envs to time")
     parser.add_argument("--ant", action="store_true", help="also time Ant through the gym adapter and MuJoCo Warp")
     parser.add_argument("--warp-sizes", type=int, nargs="*", default=None,
                         help="MuJoCo Warp worlds (default: 4 16 on cpu, 4096 16384 on cuda)")
@@ -125,7 +130,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
           f"torch threads {torch.get_num_threads()}, device {args.device}\n")
-    classic_table(args.device, args.seconds, args.gym_max)
+    classic_table(args.device, args.seconds, args.gym_max, args.envs)
     if args.ant:
         sizes = args.warp_sizes or ([4, 16] if args.device == "cpu" else [4096, 16384])
         ant_table(args.device, args.seconds, sizes)

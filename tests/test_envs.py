@@ -43,7 +43,7 @@ def test_float64_trajectory_matches_gymnasium_for_a_whole_episode():
     for t in range(200):
         action = rng.uniform(-2, 2, (1,)).astype(np.float32)
         g_obs, g_reward, g_term, g_trunc, _ = env.step(action)
-        obs, reward, term, trunc, info = ours.step(torch.tensor(action).reshape(1, 1))
+        _, reward, term, trunc, info = ours.step(torch.tensor(action).reshape(1, 1))
         np.testing.assert_allclose(info["final_obs"][0].numpy(), g_obs, rtol=1e-6, atol=1e-6)
         assert reward.item() == pytest.approx(g_reward, rel=1e-6, abs=1e-5)
         assert bool(trunc) == g_trunc and bool(term) == g_term, f"step {t}"
@@ -58,7 +58,7 @@ def test_auto_reset_keeps_the_final_observation():
         obs, _, _, truncated, info = env.step(actions)
         assert not truncated.any()
         assert torch.equal(obs, info["final_obs"])  # nothing ended: the two agree
-    obs, reward, terminated, truncated, info = env.step(actions)
+    obs, _, terminated, truncated, info = env.step(actions)
     assert truncated.all() and not terminated.any()
     assert not torch.equal(obs, info["final_obs"])  # obs starts the next episode, final_obs ends this one
     assert torch.equal(info["episode_length"], torch.full((8,), 200))
@@ -106,3 +106,42 @@ def test_step_before_reset_and_unknown_env_are_clear_errors():
     with pytest.raises(ValueError, match="unknown env 'Pendulm'.*Pendulum-v1"):
         make_vec_env("Pendulm", 2)
     assert "Pendulum-v1" in registered_envs()
+
+
+def test_reset_without_a_seed_continues_the_seeded_stream():
+    """A seeded env repeats after construction: reset(), reset() gives the same two batches each time."""
+    def two_resets(seed):
+        env = make_vec_env("CartPole", 16, seed=seed)
+        return env.reset()[0], env.reset()[0]
+
+    first, second = two_resets(3)
+    again_first, again_second = two_resets(3)
+    assert torch.equal(first, again_first) and torch.equal(second, again_second)
+    assert not torch.equal(first, second)  # the second reset continues the stream instead of repeating it
+    # Unseeded envs draw from OS entropy: two of them differ.
+    assert not torch.equal(make_vec_env("CartPole", 16).reset()[0], make_vec_env("CartPole", 16).reset()[0])
+
+
+def test_env_device_is_the_device_its_tensors_report():
+    env = make_vec_env("Pendulum", 2, device="cpu:0", seed=0)
+    obs, _ = env.reset()
+    assert env.device == torch.device("cpu") == obs.device  # "cpu:0" tensors report "cpu"
+
+
+def test_reset_rows_by_index_and_by_mask_agree():
+    """The CPU's index path (only k rows drawn and written) against the GPU's mask path, on the same values."""
+    from dask_podracer.envs.base import ResetRows
+
+    current = torch.arange(12.0).reshape(6, 2)
+    mask = torch.tensor([False, True, False, False, True, True])
+    by_index, by_mask = ResetRows(mask, mask.nonzero().squeeze(1)), ResetRows(mask)
+    assert by_index.shape(2) == (3, 2) and by_mask.shape(2) == (6, 2) and by_mask.shape() == (6,)
+    fresh = -torch.arange(1.0, 7.0).reshape(3, 2)
+    full = torch.zeros(6, 2)
+    full[mask] = fresh
+    expected = torch.tensor([[0, 1], [-1, -2], [4, 5], [6, 7], [-3, -4], [-5, -6]], dtype=torch.float32)
+    assert torch.equal(by_index.put(current, fresh), expected)
+    assert torch.equal(by_mask.put(current, full), expected)
+    filled = torch.tensor([0, 9, 2, 3, 9, 9])
+    assert torch.equal(by_index.fill(torch.arange(6), 9), filled) and torch.equal(by_mask.fill(torch.arange(6), 9), filled)
+    assert torch.equal(current, torch.arange(12.0).reshape(6, 2))  # out of place: info may hold the old tensors

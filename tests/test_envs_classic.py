@@ -7,6 +7,7 @@ import torch
 
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.acrobot import AcrobotVecEnv
+from dask_podracer.envs.cartpole import CartPoleVecEnv
 from dask_podracer.envs.mountain_car import MountainCarContinuousVecEnv, MountainCarVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
 
@@ -40,7 +41,8 @@ def test_acrobot_matches_gymnasium_step_for_step():
     ours.reset(seed=0)
     ours.set_state(torch.tensor(states))
     terminated = assert_step_matches(ours, "Acrobot-v1", states, actions, int, rtol=1e-6, atol=1e-6)
-    assert terminated[:8].all() and not terminated[8:].all()
+    # The 8 upright arms and 10 of the random states lift the tip above the bar (gymnasium agrees, above).
+    assert terminated.nonzero().flatten().tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 17, 19, 21, 23, 40, 49, 50, 52, 62]
 
 
 def test_mountain_car_matches_gymnasium_step_for_step_including_walls():
@@ -103,6 +105,52 @@ def test_whole_episode_trajectory_matches_gymnasium(env_id, cls, dtype, discrete
         if g_term or g_trunc:
             break
     assert g_term or g_trunc
+
+
+# For each twin: a state and action that keep the episode going, and a state and action that end it.
+TIME_LIMIT_CASES = {
+    "CartPole-v1": (CartPoleVecEnv, [0.0, 0.0, 0.0, 0.0], 0, [2.39, 1.0, 0.0, 0.0], 1),
+    "Acrobot-v1": (AcrobotVecEnv, [0.0, 0.0, 0.0, 0.0], 1, [np.pi - 0.05, 0.0, 0.0, 0.0], 1),
+    "MountainCar-v0": (MountainCarVecEnv, [-0.5, 0.0], 1, [0.49, 0.05], 2),
+    "MountainCarContinuous-v0": (MountainCarContinuousVecEnv, [-0.5, 0.0], [0.0], [0.44, 0.05], [1.0]),
+}
+
+
+def _place(ours, state) -> None:
+    state = torch.tensor([state], dtype=torch.float64)
+    if isinstance(ours, (CartPoleVecEnv, AcrobotVecEnv)):
+        ours.set_state(state)
+    else:
+        ours.set_state(state[:, 0], state[:, 1])
+
+
+@pytest.mark.parametrize("env_id", sorted(TIME_LIMIT_CASES))
+def test_terminating_on_the_last_step_is_terminated_not_truncated(env_id):
+    """A deliberate protocol difference: gymnasium's TimeLimit flags (True, True), ours (True, False).
+
+    Both run a whole episode held in a safe state, then reach a terminal state on exactly the
+    step that hits the time limit; the numbers agree and only the truncated flag differs.
+    """
+    cls, safe, safe_action, ending, ending_action = TIME_LIMIT_CASES[env_id]
+    g = gym.make(env_id)
+    g.reset(seed=0)
+    ours = cls(1, dtype=torch.float64)
+    ours.reset(seed=0)
+    dtype = np.float32 if env_id == "MountainCarContinuous-v0" else np.float64
+    for t in range(ours.max_episode_steps):
+        state, action = (safe, safe_action) if t < ours.max_episode_steps - 1 else (ending, ending_action)
+        g.unwrapped.state = np.array(state, dtype=dtype)
+        _place(ours, state)
+        g_obs, g_reward, g_term, g_trunc, _ = g.step(np.array(action, dtype=np.float32) if isinstance(action, list)
+                                                     else action)
+        _, reward, term, trunc, info = ours.step(torch.tensor(action).reshape(1, -1))
+        np.testing.assert_allclose(info["final_obs"][0].numpy(), g_obs, rtol=1e-6, atol=1e-6, err_msg=f"step {t}")
+        assert reward.item() == pytest.approx(g_reward, rel=1e-6, abs=1e-6), f"step {t}"
+        if t < ours.max_episode_steps - 1:
+            assert (bool(term), bool(trunc), g_term, g_trunc) == (False, False, False, False), f"step {t}"
+    assert (g_term, g_trunc) == (True, True)  # gymnasium: terminated, and the TimeLimit also truncates
+    assert (bool(term), bool(trunc)) == (True, False)  # ours: terminated only, as the protocol says
+    assert info["episode_length"].item() == ours.max_episode_steps
 
 
 def test_mountain_car_reaches_the_goal_with_the_energy_pumping_policy():

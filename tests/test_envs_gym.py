@@ -1,5 +1,6 @@
 """The gymnasium adapter: `make_vec_env("gym:<id>", ...)` over gymnasium's sync and async vector envs."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -18,15 +19,41 @@ def test_same_step_autoreset_gives_the_true_final_obs():
         done = terminated | truncated
         if done.any():
             break
-    assert done.any() and reward.dtype == torch.float32 and obs.dtype == torch.float32
+    # Seeded: env 0's pole falls past 12° on step 8, the others' later; nothing reaches the 500-step limit.
+    assert t == 7 and terminated.tolist() == [True, False, False, False] and not truncated.any()
+    assert reward.dtype == torch.float32 and obs.dtype == torch.float32
     final = info["final_obs"]
-    # The final obs continues the episode (cart moving right, pole past the threshold); obs starts a new one.
-    assert torch.all(final[done][:, 2].abs() > 0.2) or torch.all(final[done][:, 0].abs() > 2.4)
+    # The final obs continues the episode (pushed right, the pole falls left past -12°, the cart
+    # still near the middle); obs starts a new one.
+    assert final[0, 2] < -12 * 2 * np.pi / 360 and final[0, 0].abs() < 2.4
     assert torch.all(obs[done].abs() <= 0.05)  # gymnasium's CartPole resets within ±0.05
     assert torch.equal(final[~done], obs[~done])
     assert torch.equal(info["episode_length"][done], torch.full((int(done.sum()),), t + 1))
     assert torch.allclose(info["episode_return"][done], torch.full((int(done.sum()),), float(t + 1)))
     assert not torch.equal(prev, obs)
+    env.close()
+
+
+def test_a_step_that_terminates_at_the_time_limit_is_terminated_not_truncated():
+    """gymnasium's TimeLimit flags such a step (True, True); our protocol forbids both at once.
+
+    Pushing right, seeded env 0's pole falls on step 8 and env 1's on step 9: with an 8-step
+    limit, env 0 terminates exactly at the limit and env 1 is cut short by it.
+    """
+    raw = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", max_episode_steps=8,
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    raw.reset(seed=0)
+    env = make_vec_env("gym:CartPole-v1", 2, seed=0, max_episode_steps=8)
+    env.reset()
+    for t in range(8):
+        _, _, g_term, g_trunc, _ = raw.step(np.ones(2, dtype=np.int64))
+        _, _, terminated, truncated, info = env.step(torch.ones(2, dtype=torch.int64))
+        if t < 7:
+            assert not (terminated | truncated).any() and not (g_term | g_trunc).any()
+    assert g_term.tolist() == [True, False] and g_trunc.tolist() == [True, True]  # gymnasium: both for env 0
+    assert terminated.tolist() == [True, False] and truncated.tolist() == [False, True]  # ours: one each
+    assert info["episode_length"].tolist() == [8, 8]
+    raw.close()
     env.close()
 
 

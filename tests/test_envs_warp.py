@@ -52,7 +52,15 @@ def test_matches_gymnasium_ant_step_for_step_before_contact(warp_ant):
 
 def test_warp_ant_keeps_the_vec_env_contract(warp_ant):
     assert warp_ant.single_observation_space.shape == (105,) and warp_ant.single_action_space.shape == (8,)
-    check_vec_env(warp_ant, max_steps=3)
+    assert check_vec_env(warp_ant, max_steps=3).steps == 3
+    # Forced through terminations: with the healthy z range below the starting height (~0.75 m),
+    # every world is unhealthy after its first step, so each one terminates and auto-resets.
+    warp_ant.healthy_z_range = (0.2, 0.5)
+    try:
+        report = check_vec_env(warp_ant, max_steps=2)
+    finally:
+        del warp_ant.healthy_z_range  # back to the class's (0.2, 1.0)
+    assert (report.steps, report.terminations, report.truncations) == (1, 3, 0)
     # Leaving the healthy z range terminates and restarts just that world: an Ant at z=1.5 is unhealthy at once.
     qpos = warp_ant.init_qpos.repeat(3, 1)
     qpos[0, 2] = 1.5

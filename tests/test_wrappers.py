@@ -45,6 +45,39 @@ def test_normalize_reward_scales_by_the_discounted_return_std_and_keeps_raw():
     assert float(info["episode_return"].mean()) < -50  # episode statistics stay in raw units
 
 
+def test_normalize_reward_while_learning_matches_plain_numpy():
+    """Statistics learning as it goes (not frozen), against a from-scratch numpy computation of every step.
+
+    numpy side: G ← γG + r; the variance is that of every G seen so far plus the prior (count 1e-4,
+    mean 0, variance 1), computed from the whole history each step; G restarts where an episode
+    ended; the reward is clipped to ±clip. CartPole with random pushes ends episodes every few
+    dozen steps, and its first steps (G all 1, variance ~0) hit the clip.
+    """
+    gamma, clip, n = 0.9, 5.0, 8
+    env = NormalizeReward(make_vec_env("CartPole", n, seed=0), gamma=gamma, clip=clip)
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+    discounted, history = np.zeros(n), []
+    prior_count, clipped, ended = 1e-4, 0, 0
+    for t in range(80):
+        _, reward, terminated, truncated, info = env.step(torch.randint(0, 2, (n,), generator=gen))
+        raw = info["raw_reward"].double().numpy()
+        discounted = discounted * gamma + raw
+        history.append(discounted.copy())
+        seen = np.concatenate(history)
+        count = prior_count + seen.size
+        mean = seen.sum() / count
+        var = (prior_count * (1.0 + mean**2) + ((seen - mean) ** 2).sum()) / count
+        expected = np.clip(raw / np.sqrt(var + 1e-8), -clip, clip)
+        np.testing.assert_allclose(reward.numpy(), expected, rtol=1e-5, err_msg=f"step {t}")
+        np.testing.assert_allclose(float(env.return_rms.var), var, rtol=1e-9)
+        done = (terminated | truncated).numpy()
+        discounted[done] = 0.0
+        clipped += int((np.abs(raw / np.sqrt(var + 1e-8)) > clip).sum())
+        ended += int(done.sum())
+    assert clipped > 0 and ended > n  # both the clip and the restart of G were exercised
+
+
 def test_episode_statistics_match_a_plain_loop():
     env = EpisodeStatistics(make_vec_env("CartPole", 16, seed=0), window=20)
     env.reset()

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import TorchVecEnv
+from dask_podracer.envs.base import ResetRows, TorchVecEnv
 
 
 class AcrobotVecEnv(TorchVecEnv):
@@ -39,9 +39,8 @@ class AcrobotVecEnv(TorchVecEnv):
         self.single_action_space = gym.spaces.Discrete(3)
         self.state = torch.zeros(num_envs, 4, dtype=dtype, device=self.device)
 
-    def _reset_where(self, mask: Tensor) -> None:
-        fresh = self._uniform(-0.1, 0.1, (self.num_envs, 4))
-        self.state = torch.where(mask.unsqueeze(-1), fresh, self.state)
+    def _reset_where(self, rows: ResetRows) -> None:
+        self.state = rows.put(self.state, self._uniform(-0.1, 0.1, rows.shape(4)))
 
     def _dsdt(self, s: Tensor, torque: Tensor) -> Tensor:
         """Time derivative of the state [B, 4]; the formulas and their order are gymnasium's."""

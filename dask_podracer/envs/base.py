@@ -10,6 +10,7 @@ which is what a critic bootstraps from.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -25,9 +26,9 @@ class VecEnv(Protocol):
 
     Shapes: obs `[B, *obs_shape]`, actions `[B, *act_shape]` (or `[B]` for discrete),
     reward / terminated / truncated `[B]`. `info["final_obs"]` is `[B, *obs_shape]`;
-    Observations and rewards are float32 whatever dtype an env simulates in.
-    `info["episode_return"]` and `info["episode_length"]` are `[B]` and meaningful
-    where `terminated | truncated`.
+    observations, rewards and `info["episode_return"]` are float32 whatever dtype an env
+    simulates in. `info["episode_return"]` and `info["episode_length"]` (int64) are `[B]` and
+    meaningful where `terminated | truncated`. Never both terminated and truncated.
     """
 
     num_envs: int
@@ -43,18 +44,58 @@ class VecEnv(Protocol):
     def close(self) -> None: ...
 
 
+def canonical_device(device: str | torch.device) -> torch.device:
+    """The device that tensors made on `device` report: "cuda" -> "cuda:<current>", "cpu:0" -> "cpu".
+
+    An env keeps this one, so `obs.device == env.device` holds exactly (index included).
+    """
+    return torch.empty(0, device=device).device
+
+
+@dataclass(frozen=True)
+class ResetRows:
+    """The envs a reset concerns: `mask` `[B]` bool, and on the CPU also their indices `ids` `[k]`.
+
+    On the CPU the host already knows which envs ended, so a reset draws and writes only
+    those k rows. On a GPU (`ids` None) every row is drawn and the chosen ones are selected
+    by mask, so the step never waits for the host to count them.
+    """
+
+    mask: Tensor
+    ids: Tensor | None = None
+
+    def shape(self, *trailing: int) -> tuple[int, ...]:
+        """The shape of the fresh values to draw: `(k, *trailing)` with ids, `(B, *trailing)` without."""
+        return (self.mask.numel() if self.ids is None else self.ids.numel(), *trailing)
+
+    def put(self, current: Tensor, fresh: Tensor) -> Tensor:
+        """A new `current` `[B, ...]` whose chosen rows are `fresh` (shaped as `shape(...)` says)."""
+        if self.ids is not None:
+            return current.index_put((self.ids,), fresh)
+        return torch.where(self.mask.view(-1, *(1,) * (current.dim() - 1)), fresh, current)
+
+    def fill(self, current: Tensor, value: float) -> Tensor:
+        """A new `current` `[B, ...]` whose chosen rows are `value`."""
+        if self.ids is not None:
+            return current.index_fill(0, self.ids, value)
+        return current.masked_fill(self.mask.view(-1, *(1,) * (current.dim() - 1)), value)
+
+
 class TorchVecEnv:
     """Base for envs whose dynamics are batched tensor code (no Python loop over envs).
 
     A subclass keeps its physical state in tensors of shape `[B, ...]` and provides
-    `_reset_where(mask)`, `_dynamics(actions) -> (reward, terminated)` and `_observe()`.
+    `_reset_where(rows)`, `_dynamics(actions) -> (reward, terminated)` and `_observe()`.
     This class owns what every such env shares: the seeded generator, the time limit,
-    auto-reset by mask, and episode statistics.
+    auto-reset, and episode statistics.
     """
 
     single_observation_space: gym.spaces.Space
     single_action_space: gym.spaces.Space
     max_episode_steps: int
+    # All state is torch tensors and the generator, so `copy.deepcopy` makes an independent
+    # twin: check_vec_env steps one with `_dynamics` alone to check `final_obs`.
+    copyable: bool = True
 
     def __init__(
         self,
@@ -66,17 +107,22 @@ class TorchVecEnv:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = int(num_envs)
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.dtype = dtype
+        # Seeded once here; reset() without a seed continues this stream, so a seeded env
+        # repeats everything after construction, and an unseeded one draws from OS entropy.
         self.generator = torch.Generator(device=self.device)
-        self._seed = seed
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
         self._needs_reset = True
         self.elapsed = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self.episode_return = torch.zeros(num_envs, dtype=dtype, device=self.device)
 
     # -- subclass hooks -------------------------------------------------------------
-    def _reset_where(self, mask: Tensor) -> None:
-        """Draw fresh initial states for the envs where `mask` ([B] bool) is set."""
+    def _reset_where(self, rows: ResetRows) -> None:
+        """Draw fresh initial states for the envs in `rows` (with `rows.shape`/`put`/`fill`)."""
         raise NotImplementedError
 
     def _dynamics(self, actions: Tensor) -> tuple[Tensor, Tensor]:
@@ -84,19 +130,17 @@ class TorchVecEnv:
         raise NotImplementedError
 
     def _observe(self) -> Tensor:
-        """The observation [B, *obs_shape] of the current state."""
+        """The observation [B, *obs_shape] of the current state, float32, in a new tensor.
+
+        New, because the step hands it out (as obs or final_obs) and must not see it change.
+        """
         raise NotImplementedError
 
     # -- the VecEnv protocol --------------------------------------------------------
     def reset(self, *, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
-        seed = self._seed if seed is None else seed
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        else:
-            self.generator.seed()
-        self._seed = None  # later resets continue the stream instead of repeating it
-        all_envs = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self._reset_where(all_envs)
+        self._reset_where(ResetRows(torch.ones(self.num_envs, dtype=torch.bool, device=self.device)))
         self.elapsed = torch.zeros_like(self.elapsed)
         self.episode_return = torch.zeros_like(self.episode_return)
         self._needs_reset = False
@@ -115,19 +159,21 @@ class TorchVecEnv:
         done = terminated | truncated
         info: dict[str, Any] = {
             "final_obs": final_obs,
-            "episode_return": self.episode_return,
+            "episode_return": self.episode_return.to(torch.float32),
             "episode_length": self.elapsed,
         }
-        # Reset by mask, not by branching on the host: no device sync in the hot path. On the
-        # CPU asking "did any env finish?" costs nothing, and skipping the reset when none did
-        # saves the random draws and selects (most steps, for most envs).
-        if self.device.type != "cpu" or bool(done.any()):
-            self._reset_where(done)
-            self.elapsed = self.elapsed.masked_fill(done, 0)
-            self.episode_return = self.episode_return.masked_fill(done, 0.0)
-            obs = torch.where(done.unsqueeze(-1), self._observe(), final_obs)
+        if self.device.type == "cpu":
+            # On the CPU finding the envs that ended costs no sync: reset only those (when any).
+            rows = ResetRows(done, done.nonzero().squeeze(1))
+            if rows.ids.numel() == 0:
+                return final_obs.clone(), reward.to(torch.float32), terminated, truncated, info
         else:
-            obs = final_obs.clone()  # a separate tensor, so writing into obs never changes final_obs
+            rows = ResetRows(done)  # by mask: no device sync in the hot path
+        self._reset_where(rows)
+        self.elapsed = rows.fill(self.elapsed, 0)
+        self.episode_return = rows.fill(self.episode_return, 0.0)
+        # Rows that did not reset have the state final_obs was observed from: same numbers.
+        obs = self._observe()
         return obs, reward.to(torch.float32), terminated, truncated, info
 
     def close(self) -> None:

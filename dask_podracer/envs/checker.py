@@ -1,23 +1,44 @@
 """`check_vec_env(env)`: does an env keep the VecEnv contract that the rest of dask_podracer relies on?
 
 Each check raises `VecEnvCheckError` naming the env and what broke. The checks, in order:
-attributes and spaces; reset's shapes, dtypes and device; seeding determinism; every
-step's shapes and dtypes; the auto-reset contract (`final_obs` equals `obs` where nothing
-ended, the clock restarts, episode statistics add up, truncation only at the time limit).
+attributes and spaces; reset's shapes, dtypes and device; seeding determinism (two
+seeded runs repeat each other through every env's first auto-reset); every step's
+shapes, dtypes and device; the auto-reset contract (`final_obs` equals `obs` where
+nothing ended and differs from it where something did, equals what the dynamics led to
+where the env can be copied, the clock restarts, episode statistics add up, truncation
+only at the time limit and never together with termination).
 """
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import VecEnv
+from dask_podracer.envs.base import TorchVecEnv, VecEnv
+
+Policy = Callable[[Tensor], Tensor]
 
 
 class VecEnvCheckError(AssertionError):
     """An env broke the VecEnv contract."""
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `check_vec_env` stepped through: the auto-reset paths its checks actually covered."""
+
+    steps: int
+    """Steps of the contract check (not counting the seeding replays)."""
+    terminations: int
+    """Env-steps that ended in termination."""
+    truncations: int
+    """Env-steps that ended at the time limit."""
 
 
 def _require(ok: bool, env: VecEnv, message: str) -> None:
@@ -38,32 +59,51 @@ def sample_actions(env: VecEnv, generator: torch.Generator) -> Tensor:
     raise VecEnvCheckError(f"{type(env).__name__}: action space {space} is neither Discrete nor Box")
 
 
+def _actor(env: VecEnv, seed: int, policy: Policy | None) -> Policy:
+    """obs -> actions: `policy`, or random actions from a generator of our own (never torch's global one)."""
+    if policy is not None:
+        return policy
+    gen = torch.Generator().manual_seed(seed)
+    return lambda obs: sample_actions(env, gen)
+
+
 def _check_tensor(env: VecEnv, name: str, x: object, shape: tuple[int, ...], dtype: torch.dtype) -> None:
     _require(isinstance(x, Tensor), env, f"{name} is {type(x).__name__}, not a torch.Tensor")
     assert isinstance(x, Tensor)
     _require(tuple(x.shape) == shape, env, f"{name} has shape {tuple(x.shape)}, expected {shape}")
     _require(x.dtype == dtype, env, f"{name} has dtype {x.dtype}, expected {dtype}")
-    _require(x.device.type == env.device.type, env, f"{name} is on {x.device}, the env on {env.device}")
+    _require(x.device == env.device, env, f"{name} is on {x.device}, the env on {env.device}")
     if dtype.is_floating_point:
         _require(bool(torch.isfinite(x).all()), env, f"{name} has non-finite values")
 
 
-def _rollout(env: VecEnv, seed: int, steps: int) -> tuple[list[Tensor], list[Tensor]]:
-    gen = torch.Generator().manual_seed(seed)
+def _replay(env: VecEnv, seed: int, limit: int, policy: Policy | None) -> list[Tensor]:
+    """reset(seed), then step until every env has finished once (or `limit` steps): everything it returned."""
+    act = _actor(env, seed, policy)
     obs, _ = env.reset(seed=seed)
-    observations, rewards = [obs], []
-    for _ in range(steps):
-        obs, reward, *_ = env.step(sample_actions(env, gen))
-        observations.append(obs)
-        rewards.append(reward)
-    return observations, rewards
+    trace, finished = [obs], torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    for _ in range(limit):
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        trace += [obs, reward, terminated, truncated, info["final_obs"]]
+        finished |= terminated | truncated
+        if bool(finished.all()):
+            break
+    return trace
 
 
-def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> None:
+def _copyable(env: VecEnv) -> bool:
+    """Whether a deep copy of `env` is an independent twin whose `_dynamics` we may step."""
+    return isinstance(env, TorchVecEnv) and env.copyable
+
+
+def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
+                  policy: Policy | None = None) -> CheckReport:
     """Check `env` against the VecEnv contract; raise `VecEnvCheckError` on the first break.
 
     Steps until every env has finished at least one episode, or `max_steps`
-    (default: the time limit + 1), whichever comes first.
+    (default: the time limit + 1), whichever comes first; the seeding replays go as far.
+    `policy` maps obs `[B, *obs_shape]` to actions (default: uniformly random actions),
+    e.g. to drive an env to its terminal states. Returns what the checks covered.
     """
     _require(isinstance(env, VecEnv), env, "does not have the VecEnv attributes and methods")
     _require(isinstance(env.num_envs, int) and env.num_envs >= 1, env, f"num_envs = {env.num_envs!r}")
@@ -73,6 +113,7 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> N
         _require(isinstance(getattr(env, name), gym.spaces.Space), env, f"{name} is not a gymnasium space")
     n, obs_shape = env.num_envs, (env.num_envs, *env.single_observation_space.shape)
     discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
+    limit = env.max_episode_steps + 1 if max_steps is None else max_steps
 
     obs, info = env.reset(seed=seed)
     _check_tensor(env, "reset obs", obs, obs_shape, torch.float32)
@@ -80,25 +121,27 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> N
     _require(all(env.single_observation_space.contains(o) for o in obs.cpu().numpy()), env,
              "reset obs outside single_observation_space")
 
-    # Same seed, same actions: the same numbers, through reset and a few steps.
-    first, r_first = _rollout(env, seed, 8)
-    again, r_again = _rollout(env, seed, 8)
-    _require(all(torch.equal(a, b) for a, b in zip(first + r_first, again + r_again)), env,
-             "reset(seed=s) followed by the same actions did not repeat the same obs and rewards")
-    other, _ = _rollout(env, seed + 1, 0)
-    _require(not torch.equal(first[0], other[0]), env, "different seeds gave identical initial observations")
+    # Same seed, same actions: the same numbers, through reset and every env's first auto-reset.
+    first, again = _replay(env, seed, limit, policy), _replay(env, seed, limit, policy)
+    _require(len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again)), env,
+             "reset(seed=s) followed by the same actions did not repeat the same obs, rewards and flags "
+             "(through the auto-resets too: do they draw from the env's own seeded generator?)")
+    other, _ = env.reset(seed=seed + 1)
+    _require(not torch.equal(first[0], other), env, "different seeds gave identical initial observations")
 
-    gen = torch.Generator().manual_seed(seed)
+    act = _actor(env, seed, policy)
     obs, _ = env.reset(seed=seed)
-    limit = env.max_episode_steps + 1 if max_steps is None else max_steps
     length = torch.zeros(n, dtype=torch.int64)
     ret = torch.zeros(n, dtype=torch.float64)
     finished = torch.zeros(n, dtype=torch.bool)
+    terminations = truncations = steps = 0
     for t in range(limit):
-        actions = sample_actions(env, gen)
+        actions = act(obs)
         _require(tuple(actions.shape) == ((n,) if discrete else (n, *env.single_action_space.shape)), env,
-                 "sampled action shape")
+                 f"action shape {tuple(actions.shape)}")
+        twin = copy.deepcopy(env) if _copyable(env) else None
         obs, reward, terminated, truncated, info = env.step(actions)
+        steps += 1
         _check_tensor(env, "obs", obs, obs_shape, torch.float32)
         _check_tensor(env, "reward", reward, (n,), torch.float32)
         _check_tensor(env, "terminated", terminated, (n,), torch.bool)
@@ -109,9 +152,16 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> N
             _check_tensor(env, f"info[{key!r}]", info[key], obs_shape if key == "final_obs" else (n,), dtype)
         term, trunc = terminated.cpu(), truncated.cpu()
         done = term | trunc
-        _require(not bool((term & trunc).any()), env, "an env is both terminated and truncated")
-        live = ~done.to(obs.device)
-        _require(torch.equal(obs[live], info["final_obs"][live]), env, "final_obs differs from obs where not done")
+        _require(not bool((term & trunc).any()), env, f"step {t}: an env is both terminated and truncated")
+        final_obs, now = info["final_obs"].cpu().flatten(1), obs.cpu().flatten(1)
+        _require(torch.equal(now[~done], final_obs[~done]), env, f"step {t}: final_obs differs from obs where not done")
+        _require(bool((now[done] != final_obs[done]).any(-1).all()), env,
+                 f"step {t}: final_obs equals the new obs where an env ended; it must be the observation "
+                 "the step led to, not the first one of the next episode")
+        if twin is not None:  # the dynamics alone, without the auto-reset, on a copy of the env
+            twin._dynamics(torch.as_tensor(actions, device=twin.device))
+            _require(torch.equal(info["final_obs"], twin._observe()), env,
+                     f"step {t}: final_obs is not the observation of the state the dynamics led to")
         length += 1
         ret += reward.cpu().double()
         ep_len, ep_ret = info["episode_length"].cpu(), info["episode_return"].cpu().double()
@@ -125,6 +175,8 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> N
                  f"step {t}: an episode ran past max_episode_steps without being truncated")
         _require(all(env.single_observation_space.contains(o) for o in obs.cpu().numpy()), env,
                  f"step {t}: obs outside single_observation_space")
+        terminations += int(term.sum())
+        truncations += int(trunc.sum())
         length[done] = 0
         ret[done] = 0.0
         finished |= done
@@ -132,3 +184,4 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None) -> N
             break
     _require(max_steps is not None or bool(finished.all()), env,
              f"some envs never finished an episode in {limit} steps")
+    return CheckReport(steps=steps, terminations=terminations, truncations=truncations)

@@ -2,7 +2,8 @@
 
 gymnasium's `SyncVectorEnv` (one process) or `AsyncVectorEnv` (one process per env) does
 the stepping; this adapter moves arrays to torch tensors on the requested device and
-translates gymnasium's conventions to ours. We ask for SAME_STEP autoreset, so a finished
+translates gymnasium's conventions to ours (a step that terminates at the time limit is
+terminated, not also truncated). We ask for SAME_STEP autoreset, so a finished
 env's obs is already the first of its next episode and gymnasium reports the true last obs
 in `info["final_obs"]` (an object array, set only where done): we turn that into a dense
 `[B, *obs_shape]` tensor that equals `obs` where nothing ended.
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import StepResult
+from dask_podracer.envs.base import StepResult, canonical_device
 
 PREFIX = "gym:"
 
@@ -31,7 +32,7 @@ class GymVecEnv:
             raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
         self.env_id = env_id
         self.num_envs = int(num_envs)
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self._seed = seed
         self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
                                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
@@ -70,6 +71,9 @@ class GymVecEnv:
         else:
             acts = acts.reshape(self.num_envs, *self.single_action_space.shape).astype(self.single_action_space.dtype)
         obs, reward, terminated, truncated, g_info = self.env.step(acts)
+        # gymnasium's TimeLimit also sets truncated on a step that terminates at the limit; in
+        # our protocol an episode that terminated was not cut short, so termination wins.
+        truncated = np.logical_and(truncated, np.logical_not(terminated))
         done = np.logical_or(terminated, truncated)
         final_obs = np.array(obs, copy=True)
         if "final_obs" in g_info:

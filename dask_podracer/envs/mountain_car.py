@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import TorchVecEnv
+from dask_podracer.envs.base import ResetRows, TorchVecEnv
 
 
 class _CarBase(TorchVecEnv):
@@ -34,10 +34,9 @@ class _CarBase(TorchVecEnv):
         self.position = torch.zeros(num_envs, dtype=dtype, device=self.device)
         self.velocity = torch.zeros(num_envs, dtype=dtype, device=self.device)
 
-    def _reset_where(self, mask: Tensor) -> None:
-        fresh = self._uniform(-0.6, -0.4, (self.num_envs,))
-        self.position = torch.where(mask, fresh, self.position)
-        self.velocity = torch.where(mask, torch.zeros_like(self.velocity), self.velocity)
+    def _reset_where(self, rows: ResetRows) -> None:
+        self.position = rows.put(self.position, self._uniform(-0.6, -0.4, rows.shape()))
+        self.velocity = rows.fill(self.velocity, 0.0)
 
     def _move(self, velocity: Tensor) -> Tensor:
         """Clip speed, move, stop at the left wall; return terminated [B]."""

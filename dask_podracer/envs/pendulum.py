@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import TorchVecEnv
+from dask_podracer.envs.base import ResetRows, TorchVecEnv
 
 
 class PendulumVecEnv(TorchVecEnv):
@@ -37,10 +37,9 @@ class PendulumVecEnv(TorchVecEnv):
         self.theta_dot = torch.zeros(num_envs, dtype=dtype, device=self.device)
         self._never = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # a pendulum never terminates
 
-    def _reset_where(self, mask: Tensor) -> None:
-        shape = (self.num_envs,)
-        self.theta = torch.where(mask, self._uniform(-math.pi, math.pi, shape), self.theta)
-        self.theta_dot = torch.where(mask, self._uniform(-1.0, 1.0, shape), self.theta_dot)
+    def _reset_where(self, rows: ResetRows) -> None:
+        self.theta = rows.put(self.theta, self._uniform(-math.pi, math.pi, rows.shape()))
+        self.theta_dot = rows.put(self.theta_dot, self._uniform(-1.0, 1.0, rows.shape()))
 
     def _dynamics(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         u = actions.reshape(self.num_envs).to(self.dtype).clamp(-self.max_torque, self.max_torque)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import TorchVecEnv
+from dask_podracer.envs.base import ResetRows, TorchVecEnv
 
 
 class PointChaseVecEnv(TorchVecEnv):
@@ -49,16 +49,15 @@ class PointChaseVecEnv(TorchVecEnv):
         r = self.radius.unsqueeze(-1)
         return self.centre + r * direction, r * self.omega.unsqueeze(-1) * tangent
 
-    def _reset_where(self, mask: Tensor) -> None:
-        n, m = self.num_envs, mask.unsqueeze(-1)
-        self.pos = torch.where(m, self._uniform(-0.9, 0.9, (n, 2)), self.pos)
-        self.vel = torch.where(m, torch.zeros_like(self.vel), self.vel)
-        self.centre = torch.where(m, self._uniform(-0.4, 0.4, (n, 2)), self.centre)
-        self.radius = torch.where(mask, self._uniform(0.1, 0.5, (n,)), self.radius)
-        self.phase = torch.where(mask, self._uniform(-math.pi, math.pi, (n,)), self.phase)
+    def _reset_where(self, rows: ResetRows) -> None:
+        self.pos = rows.put(self.pos, self._uniform(-0.9, 0.9, rows.shape(2)))
+        self.vel = rows.fill(self.vel, 0.0)
+        self.centre = rows.put(self.centre, self._uniform(-0.4, 0.4, rows.shape(2)))
+        self.radius = rows.put(self.radius, self._uniform(0.1, 0.5, rows.shape()))
+        self.phase = rows.put(self.phase, self._uniform(-math.pi, math.pi, rows.shape()))
         # Either direction, at 0.5-1.5 rad/s: a target the chaser must lead, not just follow.
-        speed = self._uniform(0.5, 1.5, (n,)) * torch.where(self._uniform(0.0, 1.0, (n,)) < 0.5, -1.0, 1.0)
-        self.omega = torch.where(mask, speed.to(self.dtype), self.omega)
+        speed = self._uniform(0.5, 1.5, rows.shape()) * torch.where(self._uniform(0.0, 1.0, rows.shape()) < 0.5, -1.0, 1.0)
+        self.omega = rows.put(self.omega, speed.to(self.dtype))
 
     def _dynamics(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         force = actions.reshape(self.num_envs, 2).to(self.dtype).clamp(-1.0, 1.0)

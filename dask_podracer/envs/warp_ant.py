@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import TorchVecEnv
+from dask_podracer.envs.base import ResetRows, TorchVecEnv
 
 
 def ant_xml_path() -> str:
@@ -44,6 +44,7 @@ class WarpAntVecEnv(TorchVecEnv):
     healthy_z_range = (0.2, 1.0)
     reset_noise_scale = 0.1
     max_episode_steps = 1000
+    copyable = False  # the physical state lives in Warp arrays, which a deep copy does not duplicate
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  nconmax: int | None = None, njmax: int | None = None) -> None:
@@ -68,7 +69,6 @@ class WarpAntVecEnv(TorchVecEnv):
         # The torso's xy as gymnasium sees it before a step: data.xpos, which lags qpos by one
         # substep (mj_step computes xpos before it integrates), or the new qpos right after a reset.
         self._xy_before = torch.zeros(self.num_envs, 2, dtype=torch.float32, device=self.device)
-        self._fresh = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         obs_dim = (mjm.nq - 2) + mjm.nv + (mjm.nbody - 1) * 6
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
         low, high = mjm.actuator_ctrlrange.T.astype(np.float32)
@@ -82,21 +82,20 @@ class WarpAntVecEnv(TorchVecEnv):
             return wp.ScopedDevice("cpu")
         return wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.device)), sync_enter=False)
 
-    def _reset_where(self, mask: Tensor) -> None:
-        n, nq, nv = self.num_envs, self.init_qpos.numel(), self.init_qvel.numel()
+    def _reset_where(self, rows: ResetRows) -> None:
+        mask, nq, nv = rows.mask, self.init_qpos.numel(), self.init_qvel.numel()
         s = self.reset_noise_scale
-        qpos = self.init_qpos + self._uniform(-s, s, (n, nq))
-        qvel = self.init_qvel + s * torch.randn((n, nv), generator=self.generator, device=self.device)
+        qpos = self.init_qpos + self._uniform(-s, s, rows.shape(nq))
+        qvel = self.init_qvel + s * torch.randn(rows.shape(nv), generator=self.generator, device=self.device)
         # reset_data clears each chosen world (time, warm start, forces) as mj_resetData does.
         with self._warp_scope():
             self._mjw.reset_data(self.model, self.data, reset=self._wp.from_torch(mask.contiguous()))
-        m = mask.unsqueeze(-1)
-        self.qpos.copy_(torch.where(m, qpos, self.qpos))
-        self.qvel.copy_(torch.where(m, qvel, self.qvel))
+        # Written in place: qpos and qvel are views of the Warp arrays.
+        self.qpos.copy_(rows.put(self.qpos, qpos))
+        self.qvel.copy_(rows.put(self.qvel, qvel))
         # gymnasium's reset runs mj_forward, which leaves cfrc_ext at zero and xpos at the new qpos.
-        self.cfrc_ext.masked_fill_(mask.view(n, 1, 1), 0.0)
-        self._xy_before = torch.where(m, self.qpos[:, :2], self._xy_before)
-        self._fresh = self._fresh | mask
+        self.cfrc_ext.masked_fill_(mask.view(self.num_envs, 1, 1), 0.0)
+        self._xy_before = torch.where(mask.unsqueeze(-1), self.qpos[:, :2], self._xy_before)
 
     def _dynamics(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         actions = actions.reshape(self.num_envs, -1).to(torch.float32)
@@ -108,7 +107,6 @@ class WarpAntVecEnv(TorchVecEnv):
         xy_after = self.xpos[:, 1, :2].clone()
         x_velocity = (xy_after[:, 0] - self._xy_before[:, 0]) / self.dt
         self._xy_before = xy_after
-        self._fresh.zero_()
         contact = self.cfrc_ext.clamp(-1.0, 1.0)
         state = torch.cat([self.qpos, self.qvel], dim=-1)
         z = self.qpos[:, 2]
@@ -124,7 +122,7 @@ class WarpAntVecEnv(TorchVecEnv):
 
     def set_state(self, qpos: Tensor, qvel: Tensor) -> None:
         """Place every world in a given state (as gymnasium's `set_state`): for step-for-step comparisons."""
-        self._reset_where(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        self._reset_where(ResetRows(torch.ones(self.num_envs, dtype=torch.bool, device=self.device)))
         self.qpos.copy_(torch.as_tensor(qpos, dtype=torch.float32, device=self.device).reshape(self.qpos.shape))
         self.qvel.copy_(torch.as_tensor(qvel, dtype=torch.float32, device=self.device).reshape(self.qvel.shape))
         self._xy_before = self.qpos[:, :2].clone()

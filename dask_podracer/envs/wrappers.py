@@ -95,8 +95,13 @@ class NormalizeObservation(VecEnvWrapper):
 
 
 class NormalizeReward(VecEnvWrapper):
-    """reward → clip(reward / sqrt(var(G) + eps), ±clip), G the running discounted return (as gymnasium's).
+    """reward → clip(reward / sqrt(var(G) + eps), ±clip), G each env's running discounted return.
 
+    G ← γ·G + reward, then var(G) takes in this step's G (while `training`), then G restarts
+    at 0 where the episode ended, by termination or truncation. Like gymnasium's vector
+    `NormalizeReward` (same-step autoreset) except in two ways: gymnasium's G also drops the
+    episode's history on the terminating step itself (it multiplies by 1 − terminated before
+    adding that step's reward), where ours keeps it; and gymnasium does not clip.
     The raw reward stays in `info["raw_reward"]`; `info["episode_return"]` stays the env's
     (unnormalised) one, so evaluation scores remain comparable.
     """
