@@ -9,8 +9,13 @@ stepped as one batch in our torch twin of gymnasium's Pendulum-v1 (`PendulumVecE
 tested to match gymnasium step for step), with the same evaluation seed for everyone.
 Evaluations happen every `--eval-every` env steps for the off-policy agents, every 4,096
 (PPO) or 8,192 (A2C) env steps for ours on-policy and every rollout (8,192) for SB3's PPO,
-and are not counted in the training seconds. Prints, per agent, whether it
-reached the target, the training seconds and the env steps it took.
+and are not counted in the training seconds. Before each evaluation an off-policy agent is
+paused (`agents.offpolicy.pause`): in pipeline mode its learner thread first makes every update
+owed, and that time *is* counted. Prints, per agent, whether it reached the target, the training
+seconds, the env steps it took and, for the off-policy agents, the learner's busy fraction: seconds
+inside updates / seconds of training (the pauses for evaluation excluded; `docs/algorithms.md`).
+The sequential and the pipelined SAC (`sac`, `sac-pipeline`) run one after the other with the
+same settings, so their rows compare the two loops.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from dask_podracer.agents import make_agent
+from dask_podracer.agents.offpolicy import pause
 from dask_podracer.envs import make_vec_env
 
 EVAL_SEED = 1_000_003
@@ -32,6 +38,8 @@ OURS: dict[str, tuple[str, dict, int | None]] = {
     "sac-pipeline": ("sac", {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 1.0, "learning_starts": 500,
                              "pipeline": True}, None),
     "td3": ("td3", {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 2.0, "gamma": 0.98}, None),
+    "td3-pipeline": ("td3", {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 2.0, "gamma": 0.98, "pipeline": True},
+                     None),
     "ddpg": ("ddpg", {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 2.0, "gamma": 0.98}, None),
     "sac-16env": ("sac", {"hidden": (64, 64), "num_envs": 16, "utd_ratio": 0.25, "learning_starts": 1000}, None),
     "sac-32env": ("sac", {"hidden": (64, 64), "num_envs": 32, "utd_ratio": 0.125, "learning_starts": 1000,
@@ -79,17 +87,22 @@ def run_ours(name: str, args: argparse.Namespace) -> tuple[bool, float, int, flo
     agent = make_agent(algorithm, env.single_observation_space, env.single_action_space, hparams)
     obs, _ = env.reset(seed=args.seed)
     clock, steps, next_eval, score = Clock(), 0, eval_every, float("-inf")
-    busy = None  # the off-policy learner's busy fraction, when it reports one
+    busy = None  # the off-policy learner's busy fraction
     while clock.train_seconds() < args.max_seconds:
-        obs, n, metrics = agent.train_iteration(env, obs)
-        busy = metrics.get("learner_busy_fraction", busy)
+        obs, n, _ = agent.train_iteration(env, obs)
         steps += n
         if steps >= next_eval:
             next_eval = steps + eval_every
+            if hasattr(agent, "loop_stats"):  # off-policy: drain a pipelined learner on the training clock
+                pause(agent)
+                busy = agent.loop_stats.busy_fraction()
             score = clock.evaluate(lambda o: agent.act(o, deterministic=True))
             if score >= args.target:
                 return True, clock.train_seconds(), steps, score, busy
-    return False, clock.train_seconds(), steps, score, busy
+    seconds = clock.train_seconds()
+    if hasattr(agent, "loop_stats"):
+        pause(agent, stop_learner=True)  # off the clock: a pipelined learner must not compete with the next agent
+    return False, seconds, steps, score, busy
 
 
 def run_sb3(name: str, args: argparse.Namespace) -> tuple[bool, float, int, float, float | None]:

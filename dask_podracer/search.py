@@ -8,8 +8,11 @@ A prior is declared in a config as one inline table per hyper-parameter:
     hidden   = { choice = [[64, 64], [256, 256]] }
 
 Fresh agents draw every listed hyper-parameter from its prior. Children of a
-checkpoint may only change hyper-parameters that do not change the networks'
-shapes (the algorithm's `tunable` ones): perturbed by a factor, or redrawn.
+checkpoint may only change the hyper-parameters its algorithm lists as `tunable`
+(those a child can change and still load its parent's checkpoint; a critic
+ensemble's size is one): a float is multiplied or divided by a factor, an int too
+but moves by at least 1, a categorical one (a string, a bool) moves to another of
+its options; any of them may instead be redrawn from its prior.
 """
 
 from __future__ import annotations
@@ -80,16 +83,31 @@ def sample_hparams(base: Mapping[str, Any], priors: Mapping[str, Prior], rng: ra
 
 def perturb_hparams(hparams: Mapping[str, Any], names: Sequence[str], factor: float, rng: random.Random,
                     priors: Mapping[str, Prior] | None = None, resample_probability: float = 0.0,
-                    valid: Any = None) -> dict[str, Any]:
-    """Explore around `hparams`: each of `names` is redrawn from its prior with `resample_probability`,
-    else multiplied or divided by `factor`. `valid(hparams)` (raising ValueError) keeps values legal."""
+                    valid: Any = None, options: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Any]:
+    """Explore around `hparams`: each of `names` is redrawn from its prior with `resample_probability`, else
+    perturbed by its type:
+
+    - a float is multiplied or divided by `factor` (a fair coin);
+    - an int likewise, rounded, and moved by at least 1 in the coin's direction (so 2 becomes 3 or 1);
+    - a categorical one (a bool, a string, ...) moves to another of its options, drawn uniformly: a bool's
+      are True and False; otherwise its prior's `choice` list, else `options[name]` (an algorithm's
+      `AlgorithmInfo.choices`); with neither it keeps its value.
+
+    `valid(hparams)` (raising ValueError) keeps values legal: an illegal one reverts to the parent's.
+    """
     child = dict(hparams)
     for name in names:
         old = child[name]
-        if priors and name in priors and rng.random() < resample_probability:
-            new = priors[name].sample(rng)
+        prior = (priors or {}).get(name)
+        if prior is not None and rng.random() < resample_probability:
+            new = prior.sample(rng)
+        elif isinstance(old, bool) or not isinstance(old, (int, float)):
+            new = _other_option(old, _options(old, prior, (options or {}).get(name)), rng)
         else:
-            new = old * factor if rng.random() < 0.5 else old / factor
+            up = rng.random() < 0.5
+            new = old * factor if up else old / factor
+            if isinstance(old, int) and round(new) == old:
+                new = old + (1 if up else -1)
         child[name] = _like(old, new)
         if valid is not None:
             try:
@@ -97,6 +115,19 @@ def perturb_hparams(hparams: Mapping[str, Any], names: Sequence[str], factor: fl
             except ValueError:
                 child[name] = old  # e.g. gamma pushed above 1: keep the parent's value
     return child
+
+
+def _options(value: Any, prior: Prior | None, declared: Sequence[Any] | None) -> tuple[Any, ...]:
+    if isinstance(value, bool):
+        return (False, True)
+    if prior is not None and prior.kind == "choice":
+        return tuple(_plain(v) for v in prior.values)
+    return tuple(declared or ())
+
+
+def _other_option(value: Any, choices: Sequence[Any], rng: random.Random) -> Any:
+    others = [c for c in choices if _freeze(c) != _freeze(value)]  # a TOML list equals its tuple
+    return rng.choice(others) if others else value
 
 
 def _like(template: Any, value: Any) -> Any:
@@ -107,7 +138,7 @@ def _like(template: Any, value: Any) -> Any:
 
 
 def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
+    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def _plain(value: Any) -> Any:

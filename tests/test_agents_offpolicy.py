@@ -1,9 +1,4 @@
-"""DDPG, TD3 and the critic ensemble: known answers, the batched path against a loop, learning, determinism."""
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""DDPG, TD3 and the critic ensemble: known answers, the batched path against a loop, learning, resizing."""
 
 import pytest
 import torch
@@ -11,14 +6,14 @@ from helpers import score, train_agent
 
 from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.agents.ddpg import DDPGConfig
-from dask_podracer.agents.ensemble import COMBINE_MODES, combine, combine_loop, critic_loop
+from dask_podracer.agents.ensemble import (COMBINE_MODES, ENSEMBLE_TUNABLE, combine, combine_loop, critic_loop,
+                                           redq_heads)
 from dask_podracer.agents.networks import CriticEnsemble
 from dask_podracer.agents.offpolicy import smoothed_target_action, td_target
 from dask_podracer.agents.td3 import TD3Config
 from dask_podracer.envs import make_vec_env
 from dask_podracer.train.state import flatten_state, unflatten_state
 
-REPO = Path(__file__).resolve().parents[1]
 TD3_FAST = {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 2.0, "gamma": 0.98}
 DDPG_FAST = {"hidden": (64, 64), "num_envs": 4, "gamma": 0.98, "utd_ratio": 2.0, "batch_size": 128}
 TINY = {"hidden": (16, 16), "num_envs": 2, "learning_starts": 32, "batch_size": 16, "buffer_size": 1000}
@@ -46,10 +41,21 @@ def test_batched_ensemble_equals_its_loop_path_values_and_gradients():
 
 @pytest.mark.parametrize("how", COMBINE_MODES)
 def test_combine_equals_the_plain_loop(how):
-    q = torch.randn(6, 9, dtype=torch.float64)
+    q = torch.randn(6, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     fast = combine(q, how, subset=3, weight=0.3, generator=torch.Generator().manual_seed(1))
-    slow = combine_loop(list(q), how, subset=3, weight=0.3, generator=torch.Generator().manual_seed(1))
+    # The REDQ subset is random: both paths reduce over the same draw, `redq_heads` is tested on its own below.
+    heads = redq_heads(6, 3, torch.Generator().manual_seed(1)).tolist()
+    slow = combine_loop(list(q), how, heads=heads, weight=0.3)
     torch.testing.assert_close(fast, slow)
+
+
+def test_redq_subsets_are_distinct_heads_drawn_uniformly():
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([redq_heads(5, 2, g) for _ in range(5000)])
+    assert all(len(set(d.tolist())) == 2 for d in draws[:100]) and draws.min() >= 0 and draws.max() <= 4
+    counts = torch.bincount(draws.flatten(), minlength=5).double() / 5000
+    torch.testing.assert_close(counts, torch.full((5,), 2 / 5, dtype=torch.float64), atol=0.03, rtol=0)
+    assert redq_heads(3, 7).sort().values.tolist() == [0, 1, 2]  # a subset larger than the ensemble: all heads
 
 
 def test_combine_known_answers():
@@ -57,6 +63,9 @@ def test_combine_known_answers():
     torch.testing.assert_close(combine(q, "mean"), torch.tensor([2.0, 5.0]))
     torch.testing.assert_close(combine(q, "min"), torch.tensor([1.0, 2.0]))
     torch.testing.assert_close(combine(q, "weighted", weight=0.25), torch.tensor([0.25 * 1 + 0.75 * 2, 0.25 * 2 + 0.75 * 5]))
+    # The same as an L-estimator: weight + (1 - weight) / E on the smallest head, (1 - weight) / E on the others.
+    # Sample 0 sorted: 1, 2, 3 -> 0.5 * 1 + 0.25 * 2 + 0.25 * 3 = 1.75 = 0.25 * 1 + 0.75 * 2.
+    torch.testing.assert_close(combine(q, "weighted", weight=0.25)[0], torch.tensor(0.5 * 1 + 0.25 * 2 + 0.25 * 3))
     torch.testing.assert_close(combine(q, "redq", subset=3), combine(q, "min"))  # all heads: the plain min
     # A subset of one head is that head: over many draws each sample takes one of the heads' values.
     draws = torch.stack([combine(q, "redq", subset=1) for _ in range(50)])
@@ -97,19 +106,33 @@ def test_td3_moves_actor_and_targets_once_per_policy_delay():
     assert moved == [[False] * 3, [True] * 3, [False] * 3, [False] * 3, [True] * 3]
 
 
-def test_td3_target_uses_smoothing_and_the_minimum_of_its_critics():
-    agent = make_agent("td3", *_spaces(), {**TINY, "num_critics": 4, "target_noise": 0.0})
-    batch = {"obs": torch.randn(8, 3), "action": torch.rand(8, 1), "reward": torch.randn(8),
-             "next_obs": torch.randn(8, 3), "terminated": torch.zeros(8)}
+def test_td3_target_by_hand_smoothed_clipped_action_and_the_minimum_of_its_critics():
+    agent = make_agent("td3", *_spaces(), {**TINY, "num_critics": 3, "target_noise": 0.6, "target_noise_clip": 0.5,
+                                           "gamma": 0.9})
+    g = torch.Generator().manual_seed(0)
+    batch = {"obs": torch.randn(64, 3, generator=g), "action": torch.rand(64, 1, generator=g) * 4 - 2,
+             "reward": torch.randn(64, generator=g), "next_obs": torch.randn(64, 3, generator=g) * 3,
+             "terminated": (torch.rand(64, generator=g) < 0.25).float()}
+    r, not_done = batch["reward"], 1 - batch["terminated"]
+    torch.manual_seed(7)
+    noise = torch.randn(64, 1)  # the draw the target makes after the same seed (randn_like of a [64, 1] action)
     with torch.no_grad():
-        q_next = agent.critic_target(batch["next_obs"], agent.actor_target(batch["next_obs"]))
-        expected = batch["reward"] + 0.99 * q_next.min(dim=0).values
-        before = agent.critic(batch["obs"], batch["action"])
-    agent.update(batch)
-    # One critic step moved each head towards the same min-target: its squared error fell for every head.
-    with torch.no_grad():
-        after = agent.critic(batch["obs"], batch["action"])
-    assert ((after - expected).square().mean(1) < (before - expected).square().mean(1)).all()
+        mu = agent.actor_target(batch["next_obs"])
+        eps = (noise * 0.6).clamp(-0.5, 0.5)  # in half-range units; Pendulum's half range is 2
+        assert (eps.abs() == 0.5).any() and (eps.abs() < 0.5).any()  # the clip is active for some samples only
+        smoothed = (mu + 2 * eps).clamp(-2, 2)
+        q_next = agent.critic_target(batch["next_obs"], smoothed)  # [3, 64]
+        expected = r + 0.9 * not_done * q_next.min(dim=0).values
+        q = agent.critic(batch["obs"], batch["action"])
+        # What a broken target would give instead: no smoothing, or the mean of the critics.
+        unsmoothed = r + 0.9 * not_done * agent.critic_target(batch["next_obs"], mu).min(dim=0).values
+        mean_of_critics = r + 0.9 * not_done * q_next.mean(dim=0)
+    assert (expected - unsmoothed).abs().max() > 1e-3 and (expected - mean_of_critics).abs().max() > 1e-3
+    torch.manual_seed(7)
+    torch.testing.assert_close(agent.target(batch), expected)
+    torch.manual_seed(7)  # and update() regresses the critics on exactly that target
+    critic_loss = agent.update(batch)["critic_loss"]
+    torch.testing.assert_close(critic_loss, 0.5 * (q - expected).square().mean(dim=1).sum())
 
 
 # -- learning ------------------------------------------------------------------------------
@@ -151,28 +174,55 @@ def test_state_dict_round_trip_and_new_learning_rates_win(algorithm):
 def test_configs_and_registry():
     assert TD3Config().num_critics == 2 and TD3Config().policy_delay == 2 and TD3Config().target_noise == 0.2
     assert DDPGConfig().num_critics == 1 and DDPGConfig().policy_delay == 1 and DDPGConfig().target_noise == 0.0
-    for name in ("ddpg", "td3"):
-        config = algorithm_info(name).config_cls()
-        assert all(isinstance(getattr(config, t), float) for t in algorithm_info(name).tunable)
+    for name in ("ddpg", "td3", "sac"):
+        info, config = algorithm_info(name), algorithm_info(name).config_cls()
+        assert set(ENSEMBLE_TUNABLE) <= set(info.tunable)
+        for t in info.tunable:  # floats, the ensemble's two ints, and categoricals with declared options
+            value = getattr(config, t)
+            assert isinstance(value, float) or (t in ("num_critics", "redq_subset") and isinstance(value, int)) \
+                or value in info.choices[t], t
     with pytest.raises(ValueError, match=r"policy_delay must be >= 1, got 0"):
         TD3Config(policy_delay=0)
     with pytest.raises(ValueError, match=r"target_combine must be one of"):
         TD3Config(target_combine="max")
+    with pytest.raises(ValueError, match=r"^num_critics must be >= 2 \(twin or larger critics\), got 1$"):
+        TD3Config(num_critics=1)
+    assert DDPGConfig(num_critics=1).num_critics == 1
     with pytest.raises(ValueError, match="Box"):
         make_agent("td3", *_spaces("CartPole"), {})
 
 
-def _td3_fingerprint() -> str:
-    agent = train_agent("td3", TINY, env_steps=96, seed=5)
-    return torch.cat([p.detach().flatten() for p in agent.actor.parameters()]).double().sum().item().hex()
+# -- the ensemble's size changes between segments ---------------------------------------------
 
-
-def test_same_seed_same_result_also_in_a_fresh_process():
-    here = _td3_fingerprint()
-    assert here == _td3_fingerprint()
-    assert here != train_agent("td3", TINY, env_steps=96, seed=6).actor.body[0].weight.double().sum().item().hex()
-    script = ("import torch\ntorch.set_num_threads(1)\nimport sys\nsys.path.insert(0, 'tests')\n"
-              "from test_agents_offpolicy import _td3_fingerprint\nprint(_td3_fingerprint())\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == here
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+@pytest.mark.parametrize("parent_size, child_size", [(2, 4), (4, 2)])
+def test_a_child_loads_a_parent_with_another_ensemble_size_and_trains_on(algorithm, parent_size, child_size):
+    parent = train_agent(algorithm, {**TINY, "utd_ratio": 1.0, "num_critics": parent_size}, env_steps=64)
+    state = unflatten_state(*flatten_state(parent.state_dict())[::-1])  # as a checkpoint stores it
+    child = make_agent(algorithm, *_spaces(), {**TINY, "utd_ratio": 1.0, "num_critics": child_size})
+    child.load_state_dict(state)
+    shared, source = min(parent_size, child_size), [i % parent_size for i in range(parent_size, child_size)]
+    for name in ("critic", "critic_target"):
+        ours, theirs = getattr(child, name).state_dict(), getattr(parent, name).state_dict()
+        for key, p in theirs.items():
+            assert ours[key].shape == (child_size, *p.shape[1:])
+            assert torch.equal(ours[key][:shared], p[:shared]), (name, key)  # the shared heads are the parent's
+            if name == "critic_target":  # an added head's target is its source head's target
+                assert torch.equal(ours[key][shared:], p[source])
+            elif source:  # an added online head is its source head, jittered by about 1% so the two can part
+                assert not torch.equal(ours[key][shared:], p[source])
+                torch.testing.assert_close(ours[key][shared:], p[source], rtol=0, atol=0.06 * p.abs().max().item())
+    moments, parent_moments = child.critic_optim.state_dict()["state"], parent.critic_optim.state_dict()["state"]
+    for index, param_state in parent_moments.items():
+        for k in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(moments[index][k][:shared], param_state[k][:shared])
+            assert torch.equal(moments[index][k][shared:], param_state[k][source])
+        assert torch.equal(moments[index]["step"], param_state["step"])
+    obs = torch.randn(16, 3)
+    assert torch.equal(child.act(obs), parent.act(obs)) and child.updates == parent.updates > 0
+    env = make_vec_env("Pendulum", 2, seed=0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(8):
+        obs, _, metrics = child.train_iteration(env, obs)
+    assert child.updates == parent.updates + 8 * 2 and child.critic(obs, child.act(obs)).shape == (child_size, 2)
+    assert metrics and all(torch.isfinite(torch.tensor(v)) for v in metrics.values())

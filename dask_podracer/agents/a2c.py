@@ -11,7 +11,6 @@ what makes it A2C is few steps per env, one gradient step per rollout and no cli
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import ClassVar
 
 from dask_podracer.agents.base import AlgorithmInfo, register_algorithm
@@ -76,10 +75,6 @@ class A2CConfig:
     def batch_size(self) -> int:
         """Transitions per iteration (and per gradient step)."""
         return self.num_envs * self.rollout_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        return math.ceil(self.batch_size / self.num_minibatches)
 
 
 class A2CAgent(PPOAgent):

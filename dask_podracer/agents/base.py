@@ -56,7 +56,10 @@ class AlgorithmInfo:
     name: str
     config_cls: type
     factory: AgentFactory
-    tunable: tuple[str, ...]  # float hyper-parameters a generator may perturb between segments
+    tunable: tuple[str, ...]
+    """Hyper-parameters a child may change and still load its parent's checkpoint (a generator perturbs them)."""
+    choices: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    """The options of the categorical (non-numeric) tunable ones."""
 
 
 _ALGORITHMS: dict[str, AlgorithmInfo] = {}

@@ -26,10 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
-from dask_podracer.agents.ensemble import COMBINE_MODES, combine
+from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
-from dask_podracer.agents.offpolicy import (LoopStats, check, gaussian_explore, offpolicy_iteration, regress,
-                                            smoothed_target_action, td_target, uniform_action, validate_offpolicy)
+from dask_podracer.agents.offpolicy import (LoopStats, check, gaussian_explore, offpolicy_iteration, pause, regress,
+                                            smoothed_target_action, td_target, uniform_action, validate_ensemble,
+                                            validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -45,7 +46,7 @@ class DDPGConfig:
     batch_size: int = 256
     """Transitions per gradient update."""
     buffer_size: int = 100_000
-    """Replay capacity in transitions."""
+    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
     learning_starts: int = 500
     """Env steps of uniformly random actions before the first update."""
     gamma: float = 0.99
@@ -61,7 +62,7 @@ class DDPGConfig:
     exploration_noise: float = 0.1
     """Std of the Gaussian added to the worker's actions, in half-action-range units."""
     num_critics: int = 1
-    """Critics in the ensemble, held as one batched module."""
+    """Critics in the ensemble, held as one batched module (a child may change it: see docs/algorithms.md)."""
     target_combine: str = "min"
     """How the target critics' values combine into the TD target: min, mean, redq or weighted."""
     actor_combine: str = "mean"
@@ -69,7 +70,7 @@ class DDPGConfig:
     redq_subset: int = 2
     """Heads in the random subset that "redq" takes the minimum over."""
     combine_weight: float = 0.5
-    """"weighted" combines weight * min + (1 - weight) * mean."""
+    """"weighted" combines weight * min + (1 - weight) * mean (an L-estimator over the sorted heads)."""
     target_noise: float = 0.0
     """Std of TD3's target policy smoothing noise, in half-action-range units (0: none, as in DDPG)."""
     target_noise_clip: float = 0.5
@@ -79,9 +80,9 @@ class DDPGConfig:
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
-    """Overlap the worker (collecting with a snapshot of the actor) with the learner (a thread on CPU)."""
+    """Run the worker (acting with a snapshot of the actor) ahead of the learner, a thread of its own."""
     max_policy_lag: int = 64
-    """In pipeline mode, the most updates the worker's actor snapshot may lag behind the learner."""
+    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
 
     def __post_init__(self) -> None:
         validate_offpolicy(self)
@@ -89,11 +90,7 @@ class DDPGConfig:
             check(self, name, getattr(self, name) > 0, "> 0")
         for name in ("exploration_noise", "target_noise", "target_noise_clip"):
             check(self, name, getattr(self, name) >= 0, ">= 0")
-        check(self, "num_critics", self.num_critics >= 1, ">= 1")
-        check(self, "target_combine", self.target_combine in COMBINE_MODES, f"one of {COMBINE_MODES}")
-        check(self, "actor_combine", self.actor_combine in COMBINE_MODES, f"one of {COMBINE_MODES}")
-        check(self, "redq_subset", self.redq_subset >= 1, ">= 1")
-        check(self, "combine_weight", 0 <= self.combine_weight <= 1, "in [0, 1]")
+        validate_ensemble(self)
         check(self, "policy_delay", self.policy_delay >= 1, ">= 1")
 
 
@@ -127,6 +124,7 @@ class DDPGAgent:
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
         obs = obs.to(self.device, torch.float32)
         return self.actor(obs) if deterministic else self.explore(obs, self.actor)
 
@@ -143,16 +141,22 @@ class DDPGAgent:
     def _combine(self, q: Tensor, how: str) -> Tensor:
         return combine(q, how, self.config.redq_subset, self.config.combine_weight)
 
+    @torch.no_grad()
+    def target(self, batch: dict[str, Tensor]) -> Tensor:
+        """The critics' regression target y `[B]`: r + gamma * (1 - terminated) * combine_E Q_target_i(s', a'),
+        a' the target actor's action, smoothed by clipped noise if `target_noise` > 0 (TD3)."""
+        cfg = self.config
+        next_action = self.actor_target(batch["next_obs"])
+        if cfg.target_noise > 0:
+            next_action = smoothed_target_action(next_action, cfg.target_noise, cfg.target_noise_clip,
+                                                 self.low, self.high)
+        target_q = self._combine(self.critic_target(batch["next_obs"], next_action), cfg.target_combine)
+        return td_target(batch["reward"], batch["terminated"], target_q, cfg.gamma)
+
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """One critic step, and every `policy_delay` updates an actor step and the target updates."""
         cfg = self.config
-        with torch.no_grad():
-            next_action = self.actor_target(batch["next_obs"])
-            if cfg.target_noise > 0:
-                next_action = smoothed_target_action(next_action, cfg.target_noise, cfg.target_noise_clip,
-                                                     self.low, self.high)
-            target_q = self._combine(self.critic_target(batch["next_obs"], next_action), cfg.target_combine)
-            target = td_target(batch["reward"], batch["terminated"], target_q, cfg.gamma)
+        target = self.target(batch)
         q = self.critic(batch["obs"], batch["action"])  # [E, B]
         critic_loss = 0.5 * (q - target).pow(2).mean(dim=1).sum()
         regress(self.critic_optim, critic_loss)
@@ -168,6 +172,7 @@ class DDPGAgent:
         return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_mean": q.detach().mean()}
 
     def state_dict(self) -> dict[str, Any]:
+        pause(self)
         state: dict[str, Any] = {
             "actor": self.actor.state_dict(),
             "actor_target": self.actor_target.state_dict(),
@@ -182,6 +187,9 @@ class DDPGAgent:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
+        pause(self, stop_learner=True)
+        state = fit_ensemble_state(state, self.config.num_critics)
         for name in ("actor", "actor_target", "critic", "critic_target", "actor_optim", "critic_optim"):
             getattr(self, name).load_state_dict(state[name])
         set_learning_rate(self.actor_optim, self.config.actor_lr)
@@ -196,5 +204,6 @@ register_algorithm(AlgorithmInfo(
     name="ddpg",
     config_cls=DDPGConfig,
     factory=DDPGAgent,
-    tunable=("actor_lr", "critic_lr", "tau", "gamma", "utd_ratio", "exploration_noise", "combine_weight"),
+    tunable=("actor_lr", "critic_lr", "tau", "gamma", "utd_ratio", "exploration_noise", *ENSEMBLE_TUNABLE),
+    choices=ENSEMBLE_CHOICES,
 ))

@@ -26,7 +26,8 @@ from torch.nn import functional as F
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.networks import mlp, soft_update
-from dask_podracer.agents.offpolicy import LoopStats, check, offpolicy_iteration, regress, td_target, validate_offpolicy
+from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
+                                            validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -42,7 +43,7 @@ class DQNConfig:
     batch_size: int = 128
     """Transitions per gradient update."""
     buffer_size: int = 50_000
-    """Replay capacity in transitions."""
+    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
     learning_starts: int = 1000
     """Env steps of uniformly random actions before the first update."""
     gamma: float = 0.99
@@ -70,9 +71,9 @@ class DQNConfig:
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
-    """Overlap the worker (acting with a snapshot of the Q-network) with the learner (a thread on CPU)."""
+    """Run the worker (acting with a snapshot of the Q-network) ahead of the learner, a thread of its own."""
     max_policy_lag: int = 64
-    """In pipeline mode, the most updates the worker's snapshot may lag behind the learner."""
+    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
 
     def __post_init__(self) -> None:
         validate_offpolicy(self)
@@ -157,6 +158,7 @@ class DQNAgent:
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
         obs = obs.to(self.device, torch.float32)
         return self.q_net(obs).argmax(-1) if deterministic else self.explore(obs, self.q_net)
 
@@ -195,6 +197,7 @@ class DQNAgent:
         return {"loss": loss.detach(), "q_mean": q.detach().mean()}
 
     def state_dict(self) -> dict[str, Any]:
+        pause(self)
         state: dict[str, Any] = {
             "q_net": self.q_net.state_dict(),
             "q_target": self.q_target.state_dict(),
@@ -206,6 +209,7 @@ class DQNAgent:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pause(self, stop_learner=True)
         self.q_net.load_state_dict(state["q_net"])
         self.q_target.load_state_dict(state["q_target"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -92,11 +92,6 @@ class PPOConfig:
         """Transitions per iteration."""
         return self.num_envs * self.rollout_steps
 
-    @property
-    def minibatch_size(self) -> int:
-        """Transitions per gradient step (the last minibatches may hold one less)."""
-        return math.ceil(self.batch_size / self.num_minibatches)
-
 
 # -- pure losses ---------------------------------------------------------------------------
 

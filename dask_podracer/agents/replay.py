@@ -31,6 +31,8 @@ class ReplayBuffer:
         """Append a batch: obs [B, obs_dim], action [B, act_dim], reward [B], next_obs [B, obs_dim], terminated [B]."""
         batch = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs, "terminated": terminated}
         n = obs.shape[0]
+        if n > self.capacity:  # the ring would wrap within one write: rows written twice, one value lost at random
+            raise ValueError(f"a batch of {n} transitions does not fit a replay buffer of {self.capacity}")
         rows = (self.position + torch.arange(n, device=self.device)) % self.capacity
         for k, v in batch.items():
             self.data[k][rows] = v.to(torch.float32).reshape(self.data[k][rows].shape)

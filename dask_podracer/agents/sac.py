@@ -19,10 +19,10 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
-from dask_podracer.agents.ensemble import COMBINE_MODES, combine
+from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
-from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, regress, td_target, uniform_action,
-                                            validate_offpolicy)
+from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
+                                            uniform_action, validate_ensemble, validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -38,7 +38,7 @@ class SACConfig:
     batch_size: int = 256
     """Transitions per gradient update."""
     buffer_size: int = 100_000
-    """Replay capacity in transitions."""
+    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
     learning_starts: int = 500
     """Env steps of uniformly random actions before the first update."""
     gamma: float = 0.99
@@ -58,7 +58,7 @@ class SACConfig:
     hidden: tuple[int, ...] = (128, 128)
     """Hidden layer widths of actor and critics."""
     num_critics: int = 2
-    """Critics in the ensemble, held as one batched module."""
+    """Critics in the ensemble, held as one batched module (a child may change it: see docs/algorithms.md)."""
     target_combine: str = "min"
     """How the target critics' values combine into the TD target: min, mean, redq or weighted."""
     actor_combine: str = "mean"
@@ -66,23 +66,19 @@ class SACConfig:
     redq_subset: int = 2
     """Heads in the random subset that "redq" takes the minimum over."""
     combine_weight: float = 0.5
-    """"weighted" combines weight * min + (1 - weight) * mean."""
+    """"weighted" combines weight * min + (1 - weight) * mean (an L-estimator over the sorted heads)."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
-    """Overlap the worker (collecting with a snapshot of the actor) with the learner (a thread on CPU)."""
+    """Run the worker (acting with a snapshot of the actor) ahead of the learner, a thread of its own."""
     max_policy_lag: int = 64
-    """In pipeline mode, the most updates the worker's actor snapshot may lag behind the learner."""
+    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
 
     def __post_init__(self) -> None:
         validate_offpolicy(self)
         for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha", "target_entropy_scale"):
             check(self, name, getattr(self, name) > 0, "> 0")
-        check(self, "num_critics", self.num_critics >= 1, ">= 1")
-        check(self, "target_combine", self.target_combine in COMBINE_MODES, f"one of {COMBINE_MODES}")
-        check(self, "actor_combine", self.actor_combine in COMBINE_MODES, f"one of {COMBINE_MODES}")
-        check(self, "redq_subset", self.redq_subset >= 1, ">= 1")
-        check(self, "combine_weight", 0 <= self.combine_weight <= 1, "in [0, 1]")
+        validate_ensemble(self)
 
 
 class SACAgent:
@@ -114,6 +110,7 @@ class SACAgent:
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
         action, _ = self.actor(obs.to(self.device, torch.float32), deterministic=deterministic)
         return action
 
@@ -162,6 +159,7 @@ class SACAgent:
         }
 
     def state_dict(self) -> dict[str, Any]:
+        pause(self)
         state: dict[str, Any] = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
@@ -177,6 +175,9 @@ class SACAgent:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
+        pause(self, stop_learner=True)
+        state = fit_ensemble_state(state, self.config.num_critics)
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
@@ -199,5 +200,6 @@ register_algorithm(AlgorithmInfo(
     name="sac",
     config_cls=SACConfig,
     factory=SACAgent,
-    tunable=("actor_lr", "critic_lr", "alpha_lr", "tau", "gamma", "utd_ratio", "combine_weight"),
+    tunable=("actor_lr", "critic_lr", "alpha_lr", "tau", "gamma", "utd_ratio", *ENSEMBLE_TUNABLE),
+    choices=ENSEMBLE_CHOICES,
 ))

@@ -13,16 +13,23 @@ from typing import ClassVar
 
 from dask_podracer.agents.base import AlgorithmInfo, register_algorithm
 from dask_podracer.agents.ddpg import DDPGAgent, DDPGConfig
+from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE
+from dask_podracer.agents.offpolicy import check
 
 
 @dataclasses.dataclass(frozen=True)
 class TD3Config(DDPGConfig):
     num_critics: int = 2
-    """Critics in the ensemble (2: clipped double Q; more: a larger ensemble), held as one batched module."""
+    """Critics in the ensemble, at least 2 (2: clipped double Q; more: a larger ensemble), as one batched module."""
     target_noise: float = 0.2
     """Std of the target policy smoothing noise, in half-action-range units."""
     policy_delay: int = 2
     """Critic updates per actor (and target) update."""
+
+    def __post_init__(self) -> None:
+        # TD3's target is a minimum over twin (or more) critics; checked first, so 0 gets this message too.
+        check(self, "num_critics", self.num_critics >= 2, ">= 2 (twin or larger critics)")
+        super().__post_init__()
 
 
 class TD3Agent(DDPGAgent):
@@ -36,5 +43,6 @@ register_algorithm(AlgorithmInfo(
     config_cls=TD3Config,
     factory=TD3Agent,
     tunable=("actor_lr", "critic_lr", "tau", "gamma", "utd_ratio", "exploration_noise", "target_noise",
-             "combine_weight"),
+             *ENSEMBLE_TUNABLE),
+    choices=ENSEMBLE_CHOICES,
 ))
