@@ -275,3 +275,16 @@ def test_the_updater_enters_a_key_once_and_keeps_the_board_ranked():
     assert rank is None and full == board
     board, rank = update_leaderboard(board, result("d", -400.0), size=2)
     assert rank == 1 and [(e["key"], e["score"]) for e in board] == [("b", -300.0), ("d", -400.0)]
+
+
+def test_a_child_can_change_its_ensembles_size_and_combination():
+    m = make(perturb=["num_critics", "target_combine"])
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -1000.0)
+    finished(m, 1, -500.0)
+    child = finished(m, 0, -900.0)[-1].plan  # agent 0 adopts k1 and explores both
+    assert child.parent == "k1" and child.adopted
+    assert child.hparams["num_critics"] in (H["num_critics"] - 1, H["num_critics"] + 1)
+    assert child.hparams["target_combine"] != H["target_combine"]
+    assert child.hparams["target_combine"] in ("min", "mean", "redq", "weighted")

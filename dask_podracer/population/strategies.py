@@ -96,9 +96,9 @@ def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str
     """Start from someone else's checkpoint `key` with explored hyper-parameters."""
     cfg = machine.config.tournament
     group = machine.config.group(agent.group)
-    config_cls = algorithm_info(group.algorithm).config_cls
+    info = algorithm_info(group.algorithm)
     child = perturb_hparams(hparams, cfg.perturb, cfg.perturb_factor, rng, group.search, cfg.resample_probability,
-                            valid=lambda h: config_cls(**h))
+                            valid=lambda h: info.config_cls(**h), options=info.choices)
     return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay != "reset", adopted=True)
 
 

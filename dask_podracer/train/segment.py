@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from dask_podracer.agents import Agent, algorithm_info, make_agent
+from dask_podracer.agents import Agent, algorithm_info, finish_training, make_agent
 from dask_podracer.envs import make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train.evaluate import evaluate
@@ -53,6 +53,7 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
         obs, n, iteration_metrics = agent.train_iteration(env, obs)
         steps += n
         metrics = iteration_metrics or metrics
+    finish_training(agent)
     train_seconds = time.perf_counter() - started
 
     eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed)
