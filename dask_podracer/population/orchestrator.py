@@ -36,6 +36,10 @@ SegmentFunction = Callable[[SegmentSpec], SegmentResult]
 FLUSH_SECONDS = 1.0
 """Tables are written at most this often (and when the run stops). A client killed in between loses
 no checkpoint: the next invocation finds the ones the history does not record and records them."""
+STATE_SECONDS = 5.0
+"""The run state (every agent's hyper-parameters and checkpoint: large for a large pool) is written at most
+this often, and when the run stops. A resumed run whose state is older than its history loses nothing:
+checkpoints no record names are recovered, those of agents it did not know of go to the board only."""
 FINISHED = ("target", "budget", "max_segments", "failing")
 """Stop reasons of an invocation that ended by itself; any other end (a killed client, a lost
 scheduler, Ctrl-C) leaves it unfinished, and the next invocation continues its budget."""
@@ -143,6 +147,7 @@ class _Loop:
         self.board_changed = False
         self.dirty = True  # the machine's state differs from the store's
         self.flushed = 0.0  # when the tables were last written
+        self.state_written = 0.0  # when the run state was last written
         self.recovered = 0
 
     def run(self) -> RunSummary:
@@ -322,6 +327,10 @@ class _Loop:
         if self.board_changed:
             self.store.write_leaderboard(self.machine.board)
             self.board_changed = False
+        if not self.stop_reason and self.flushed - self.state_written < STATE_SECONDS:
+            self.dirty = True  # the state still differs from the store's
+            return
+        self.state_written = self.flushed
         self.store.write_run_state({
             "machine": self.machine.to_state(), "invocations": self.invocations,
             "wall_seconds": self.wall_offset + self._elapsed(),

@@ -322,8 +322,7 @@ class Tournament:
 
     def limit_reached(self) -> bool:
         limit = self.config.run.max_segments
-        started_now = self.completed_now + len(self.running_agents())
-        return bool(limit) and started_now >= limit
+        return bool(limit) and self.completed_now + len(self.running_agents()) >= limit
 
     def best_score(self) -> float | None:
         return self.board[0]["score"] if self.board else None

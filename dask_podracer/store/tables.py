@@ -76,7 +76,7 @@ def append_history(store: Store, records: Sequence[Mapping], where: str) -> None
     """Append `records` in order, filling the last block first; each touched block is written once."""
     if not records:
         return
-    new = [to_json(dict(r), "history record") for r in records]
+    new = to_json([dict(r) for r in records], "history records")  # one round trip for the batch, not per record
     blocks = _blocks(store)
     index, current = 0, []
     if blocks:
