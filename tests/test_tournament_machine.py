@@ -18,6 +18,7 @@ class Scripted(Tournament):
 
     def handle(self, event):
         out = super().handle(event)
+        assert self.running == len(self.running_agents())  # the kept count never drifts from a scan
         self.last_train = {**getattr(self, "last_train", {}), **{i.agent: i for i in out if isinstance(i, Train)}}
         return out
 

@@ -155,6 +155,7 @@ class Tournament:
             if raw.get("running"):
                 self.in_flight[raw["running"]] = agent.id
         self.slots = 0
+        self.running = 0  # segments training now (kept, not counted, since it is asked twice per event)
         self.stopped: str | None = None
         self.completed_now = completed_before  # segments finished or failed in this invocation (for max_segments)
 
@@ -182,7 +183,7 @@ class Tournament:
 
     def _finished(self, eid: int, event: SegmentFinished, rng: random.Random) -> list[Instruction]:
         agent, result = self.agents[event.agent], event.result
-        agent.running = None
+        self._ended(agent)
         agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
         agent.segments += 1
         self.counters["segments_completed"] += 1
@@ -230,7 +231,7 @@ class Tournament:
 
     def _failed(self, eid: int, event: SegmentFailed, rng: random.Random) -> list[Instruction]:
         agent = self.agents[event.agent]
-        agent.running = None
+        self._ended(agent)
         out: list[Instruction] = []
         if event.quarantined:
             out += self._forget(eid, event.quarantined)
@@ -274,7 +275,7 @@ class Tournament:
                 agent.active = False
                 if agent.running:
                     out.append(Cancel(eid, agent.id, agent.running, "capacity"))
-                    agent.running = None
+                    self._ended(agent)
         for _ in range(target - len(active)):  # grow: bring back the best retired agents, then new ones
             retired = sorted((a for a in self.agents.values() if not a.active), key=self._rank_key, reverse=True)
             (retired[0] if retired else self._new_agent(rng)).active = True
@@ -294,6 +295,7 @@ class Tournament:
             self.counters["segments_started"] += 1
             key = self.key_factory(index)
             agent.running, agent.hparams = key, dict(plan.hparams)  # the child's hyper-parameters win
+            self.running += 1
             group = self.config.group(agent.group)
             out.append(Train(eid, agent.id, key, agent.group, plan, seed=self.config.run.seed * 1_000_003 + index,
                              env_steps=group.env_steps or self.config.segment.env_steps))
@@ -306,8 +308,13 @@ class Tournament:
             for agent in self.active_agents():
                 if agent.running:
                     out.append(Cancel(eid, agent.id, agent.running, reason))
-                    agent.running = None
+                    self._ended(agent)
         return out + [Stop(eid, reason)]
+
+    def _ended(self, agent: AgentState) -> None:
+        if agent.running:
+            agent.running = None
+            self.running -= 1
 
     # -- queries ------------------------------------------------------------------------------
     def target_agents(self) -> int:
@@ -322,7 +329,7 @@ class Tournament:
 
     def limit_reached(self) -> bool:
         limit = self.config.run.max_segments
-        return bool(limit) and self.completed_now + len(self.running_agents()) >= limit
+        return bool(limit) and self.completed_now + self.running >= limit
 
     def best_score(self) -> float | None:
         return self.board[0]["score"] if self.board else None
