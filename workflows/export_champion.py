@@ -5,6 +5,12 @@
 Writes OUT_DIR/policy.pt (TorchScript: observations [B, obs_dim] float32 -> deterministic
 actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage, and the
 evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
+
+The card holds two evaluations: `evaluation`, on our vectorised env with the tournament's
+evaluation seed (it reproduces the leaderboard score), and, for envs with a gymnasium twin,
+`gymnasium_evaluation`: the exported TorchScript policy played in gymnasium itself, one episode
+per seed. `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with
+torch and gymnasium alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_champion.py plays gymnasium episodes
+from replay_champion import play  # noqa: E402
 
 from dask_podracer.envs import make_vec_env
 from dask_podracer.lineage import family_tree
@@ -56,6 +65,7 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
         "evaluation": _evaluation(agent, attrs["env"], episodes, seed),
+        "gymnasium_evaluation": _gymnasium_evaluation(scripted, attrs["env"], episodes, seed),
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
         "observation_shape": list(env.single_observation_space.shape),
         "action_space": str(env.single_action_space),
@@ -79,6 +89,20 @@ def _evaluation(agent, env_name: str, episodes: int, seed: int) -> dict:
         running &= ~(terminated | truncated)
     return {"seed": seed, "episodes": episodes, "score": float(returns.mean()), "returns": returns.tolist(),
             "initial_observations": first.tolist(), "max_episode_steps": env.max_episode_steps}
+
+
+GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"}
+"""Our torch envs that match a gymnasium env of the same id step for step (tests/test_envs*.py)."""
+
+
+def _gymnasium_evaluation(policy: torch.nn.Module, env_name: str, episodes: int, seed: int) -> dict | None:
+    """The exported policy in gymnasium's own env, seeds `seed`, `seed + 1`, ...: what replay_champion.py replays."""
+    env_id = env_name.removeprefix("gym:") if env_name.startswith("gym:") else env_name
+    if not (env_name.startswith("gym:") or env_name in GYMNASIUM_TWINS):
+        return None
+    seeds = [seed + i for i in range(episodes)]
+    returns = play(policy, env_id, seeds)
+    return {"env_id": env_id, "seeds": seeds, "returns": returns, "score": sum(returns) / len(returns)}
 
 
 def _in_history(store: PodracerStore, key: str) -> bool:

@@ -24,7 +24,7 @@ class Running:
     since: float
     """When it began running there (epoch seconds, the scheduler's clock)."""
     agent: int | None = None
-    """The agent it trains; None until the run's state naming it is written (at most a second)."""
+    """The agent it trains; None until the run's state naming it is written (at most 5 s)."""
     hparams: Mapping[str, Any] | None = None
 
 

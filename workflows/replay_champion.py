@@ -1,0 +1,72 @@
+"""Replay an exported champion with nothing but torch and gymnasium (no dask_podracer).
+
+    python workflows/replay_champion.py CHAMPION_DIR [--json]
+
+Loads CHAMPION_DIR/policy.pt (TorchScript) and plays it in gymnasium's env named by
+CHAMPION_DIR/card.json (`gymnasium_evaluation`), one episode per recorded seed, and
+compares the mean return with the card's. `workflows/export_champion.py` computed that
+figure with this same function, so on the same torch thread count the two agree exactly.
+Exit status 0 when they do, 1 when they do not, 2 when the card has no gymnasium evaluation
+(an env with no gymnasium twin, such as PointChase-v0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+@torch.no_grad()
+def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int]) -> list[float]:
+    """One deterministic episode of `env_id` per seed (`reset(seed=...)`), to its end; the returns."""
+    returns = []
+    for seed in seeds:
+        env = gym.make(env_id)
+        obs, _ = env.reset(seed=int(seed))
+        total, done = 0.0, False
+        while not done:
+            action = policy(torch.as_tensor(np.asarray(obs), dtype=torch.float32).reshape(1, -1))[0]
+            action = action.item() if isinstance(env.action_space, gym.spaces.Discrete) else action.numpy()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        env.close()
+        returns.append(total)
+    return returns
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("champion", help="the directory export_champion.py wrote (policy.pt, card.json)")
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the exporter plays on one thread: the same count gives the same numbers
+    folder = Path(args.champion)
+    card = json.loads((folder / "card.json").read_text())
+    recorded = card.get("gymnasium_evaluation")
+    if not recorded:
+        print(f"replay_champion: error: {card.get('env')} has no gymnasium twin; the card records no gymnasium "
+              "evaluation to replay", file=sys.stderr)
+        return 2
+    returns = play(torch.jit.load(str(folder / "policy.pt")), recorded["env_id"], recorded["seeds"])
+    score = float(np.mean(returns))
+    same = returns == recorded["returns"]
+    outcome = {"env_id": recorded["env_id"], "score": score, "card_score": recorded["score"], "reproduced": same,
+               "dask_podracer_imported": any(m.split(".")[0] == "dask_podracer" for m in sys.modules)}
+    if args.json:
+        print(json.dumps(outcome))
+    else:
+        print(f"{recorded['env_id']}: mean return {score:.3f} over {len(returns)} seeded episodes; the card says "
+              f"{recorded['score']:.3f}: {'reproduced' if same else 'NOT reproduced'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
