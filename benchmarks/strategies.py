@@ -1,6 +1,7 @@
 """Generator strategies compared on Pendulum from a deliberately wide prior, at the same wall-clock budget.
 
-    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 40s] [--strategies tournament pbt generational random]
+    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 40s] [--resample 0.25]
+                                    [--strategies tournament pbt generational random]
 
 Every run: SAC, 4 agents on the embedded LocalCluster's slots, hyper-parameters drawn
 from wide priors (learning rates over three decades, gamma and tau over wide ranges),
@@ -25,13 +26,13 @@ PRIOR = {
 }
 
 
-def run(strategy: str, seed: int, budget: str) -> tuple[float, float | None]:
+def run(strategy: str, seed: int, budget: str, resample: float) -> tuple[float, float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         config = config_from_dict({
             "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": f"{tmp}/s.zarr", "budget": budget,
                     "seed": seed},
             "tournament": {"strategy": strategy, "pool_size": 4, "fresh_agents": 4, "quantile": 0.25,
-                           "perturb": ["actor_lr", "critic_lr", "gamma", "tau"], "resample_probability": 0.25},
+                           "perturb": ["actor_lr", "critic_lr", "gamma", "tau"], "resample_probability": resample},
             "segment": {"env_steps": 1000, "eval_episodes": 10},
             "cluster": {"dashboard_address": "127.0.0.1:0"},
             "hparams": {"num_envs": 4, "utd_ratio": 1.0, "hidden": [64, 64], "learning_starts": 500},
@@ -47,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--budget", default="40s")
+    parser.add_argument("--resample", type=float, default=0.25,
+                        help="tournament.resample_probability: chance a child redraws a perturbed one from its prior")
     parser.add_argument("--strategies", nargs="+", default=["tournament", "pbt", "generational", "random"])
     args = parser.parse_args()
     parse_duration(args.budget)
@@ -54,7 +57,7 @@ def main() -> None:
     print(f"{'strategy':<13} {'seed':>4} {'best':>8} {'s to -200':>9}", flush=True)
     for strategy in args.strategies:
         for seed in args.seeds:
-            best, reached = run(strategy, seed, args.budget)
+            best, reached = run(strategy, seed, args.budget, args.resample)
             results.setdefault(strategy, []).append((best, reached))
             shown = f"{reached:9.1f}" if reached is not None else f"{'-':>9}"
             print(f"{strategy:<13} {seed:>4} {best:>8.1f} {shown}", flush=True)
