@@ -138,3 +138,14 @@ def test_a_damaged_shared_ancestor_costs_its_transitions_not_the_load(tmp_path):
     result = run_segment(spec(store, "s3", parent="s2", seed=20, generation=3, share_replay=True,
                               hparams={**HPARAMS, "buffer_size": 250}))
     assert result.metrics["replay_rows_lost"] == 50.0
+
+
+def test_an_agent_loaded_to_act_reads_no_shared_ancestor(tmp_path):
+    store = PodracerStore(tmp_path / "share.zarr", create=True)
+    _lineage(store, "s", share=True)
+    for ancestor in ("s0", "s1"):  # gone or damaged ancestors do not matter to an agent that only acts
+        store.quarantine(ancestor, "test")
+    full, bare = load_agent(store, "s2"), load_agent(store, "s2", replay=False)
+    assert full.replay.size == 100 and bare.replay.size == 0  # only s2's own rows were readable
+    obs = torch.linspace(-1, 1, 30).reshape(10, 3)
+    assert torch.equal(full.act(obs), bare.act(obs))

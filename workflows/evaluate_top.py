@@ -24,7 +24,7 @@ from dask_podracer.train import evaluate, load_agent
 def report(store: PodracerStore, top: int, episodes: int, seed: int) -> list[dict]:
     rows = []
     for rank, entry in enumerate(store.read_leaderboard()[:top], 1):
-        agent = load_agent(store, entry["key"])
+        agent = load_agent(store, entry["key"], replay=False)  # evaluation only acts
         env = make_vec_env(entry.get("env") or store.checkpoint_attrs(entry["key"])["env"], episodes, seed=seed)
         fresh = evaluate(agent, env, seed=seed)
         rows.append({"rank": rank, "key": entry["key"], "algorithm": entry["algorithm"],

@@ -52,7 +52,7 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         if not board:
             raise StoreError(f"the leaderboard of '{store.url}' is empty: nothing to export")
         key = board[0]["key"]
-    agent = load_agent(store, key)
+    agent = load_agent(store, key, replay=False)  # a policy to act with: no buffer
     attrs = store.checkpoint_attrs(key)
     env = make_vec_env(attrs["env"], 1)
     example = torch.as_tensor(env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)

@@ -265,7 +265,7 @@ class Tournament:
     def _capacity(self, eid: int, slots: int, rng: random.Random) -> list[Instruction]:
         self.slots = slots
         limit = self.config.run.max_segments
-        if limit and self.completed_now >= limit and not self.running_agents():
+        if limit and self.completed_now >= limit and not self.running:
             return self._stop(eid, "max_segments", cancel=False)  # a resumed invocation that had used them up
         target = self.target_agents()
         active = self.active_agents()

@@ -110,15 +110,21 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
 
 
 def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu",
-               hparams: dict | None = None) -> Agent:
-    """Rebuild the agent saved under `key` (with its own hyper-parameters unless `hparams` is given)."""
+               hparams: dict | None = None, replay: bool = True) -> Agent:
+    """Rebuild the agent saved under `key` (with its own hyper-parameters unless `hparams` is given).
+
+    `replay=False` leaves its replay buffer empty: enough to act, and a shared buffer's ancestors
+    (`tournament.replay = "share"`) are then not read at all."""
     checkpoint = store.load_checkpoint(key)
     attrs = checkpoint.attrs
     env = make_vec_env(attrs["env"], 1, device=device)
     agent = make_agent(attrs["algorithm"], env.single_observation_space, env.single_action_space,
                        attrs["hparams"] if hparams is None else hparams, device)
     state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
-    _complete_replay(store, attrs, state, device)
+    if replay:
+        _complete_replay(store, attrs, state, device)
+    else:
+        state.pop(REPLAY, None)
     agent.load_state_dict(state)
     return agent
 
