@@ -1,6 +1,6 @@
 """Generator strategies compared on Pendulum from a deliberately wide prior, at the same wall-clock budget.
 
-    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 40s] [--resample 0.25]
+    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 40s] [--resample 0.25] [--margin 2]
                                     [--strategies tournament pbt generational random]
 
 Every run: SAC, 4 agents on the embedded LocalCluster's slots, hyper-parameters drawn
@@ -26,13 +26,13 @@ PRIOR = {
 }
 
 
-def run(strategy: str, seed: int, budget: str, resample: float) -> tuple[float, float | None]:
+def run(strategy: str, seed: int, budget: str, resample: float, margin: float) -> tuple[float, float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         config = config_from_dict({
             "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": f"{tmp}/s.zarr", "budget": budget,
                     "seed": seed},
             "tournament": {"strategy": strategy, "pool_size": 4, "fresh_agents": 4, "quantile": 0.25,
-                           "perturb": ["actor_lr", "critic_lr", "gamma", "tau"], "resample_probability": resample},
+                           "perturb": ["actor_lr", "critic_lr", "gamma", "tau"], "resample_probability": resample, "adopt_margin": margin},
             "segment": {"env_steps": 1000, "eval_episodes": 10},
             "cluster": {"dashboard_address": "127.0.0.1:0"},
             "hparams": {"num_envs": 4, "utd_ratio": 1.0, "hidden": [64, 64], "learning_starts": 500},
@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--budget", default="40s")
     parser.add_argument("--resample", type=float, default=0.25,
                         help="tournament.resample_probability: chance a child redraws a perturbed one from its prior")
+    parser.add_argument("--margin", type=float, default=2.0,
+                        help="tournament.adopt_margin: standard errors an entry must beat an agent's own score by")
     parser.add_argument("--strategies", nargs="+", default=["tournament", "pbt", "generational", "random"])
     args = parser.parse_args()
     parse_duration(args.budget)
@@ -57,7 +59,7 @@ def main() -> None:
     print(f"{'strategy':<13} {'seed':>4} {'best':>8} {'s to -200':>9}", flush=True)
     for strategy in args.strategies:
         for seed in args.seeds:
-            best, reached = run(strategy, seed, args.budget, args.resample)
+            best, reached = run(strategy, seed, args.budget, args.resample, args.margin)
             results.setdefault(strategy, []).append((best, reached))
             shown = f"{reached:9.1f}" if reached is not None else f"{'-':>9}"
             print(f"{strategy:<13} {seed:>4} {best:>8.1f} {shown}", flush=True)

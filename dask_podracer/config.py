@@ -85,6 +85,11 @@ class TournamentConfig:
     """Softmax selection: temperature over scores standardised by their spread."""
     select_from_top: int = 4
     """Picks are drawn from this many best entries."""
+    adopt_margin: float = 0.0
+    """tournament: an agent adopts a picked entry only if its score beats the agent's own latest by more than
+    this many of the entry's standard errors (from the spread of its evaluation returns). The board keeps the
+    luckiest evaluations, so 0 lets a leader abandon its line (and its hyper-parameters) for a child whose
+    score was merely lucky; about 2 keeps a line unless it is clearly beaten."""
     quantile: float = 0.25
     """pbt and generational: the bottom fraction copies an agent from the top fraction."""
     perturb: tuple[str, ...] = ()
@@ -114,6 +119,7 @@ class TournamentConfig:
         _require(self.tournament_size >= 1, "tournament.tournament_size", ">= 1", self.tournament_size)
         _require(self.softmax_temperature > 0, "tournament.softmax_temperature", "> 0", self.softmax_temperature)
         _require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
+        _require(self.adopt_margin >= 0, "tournament.adopt_margin", ">= 0", self.adopt_margin)
         _require(0 < self.quantile <= 0.5, "tournament.quantile", "in (0, 0.5]", self.quantile)
         _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
         _require(0 <= self.resample_probability <= 1, "tournament.resample_probability", "in [0, 1]",

@@ -35,17 +35,17 @@ def make(strategy="tournament", groups=None, search=None, **tournament):
     return Scripted(config_from_dict(data), key_factory=lambda i: f"k{i}")
 
 
-def result(key, score, parent=None, generation=0, hparams=None, algorithm="sac"):
+def result(key, score, parent=None, generation=0, hparams=None, algorithm="sac", stderr=0.0):
     return SegmentResult(key=key, parent=parent, algorithm=algorithm, env="Pendulum-v1", hparams=hparams or {},
                          score=score, env_steps=100, total_env_steps=100, train_seconds=1.0, eval_seconds=0.1,
-                         generation=generation, device="cpu", metrics={})
+                         generation=generation, device="cpu", metrics={}, score_stderr=stderr)
 
 
-def finished(machine, agent, score):
+def finished(machine, agent, score, stderr=0.0):
     train = machine.last_train[agent]
     algorithm = machine.config.group(train.group).algorithm
     return machine.handle(SegmentFinished(agent, result(train.key, score, train.plan.parent, train.plan.generation,
-                                                        train.plan.hparams, algorithm)))
+                                                        train.plan.hparams, algorithm, stderr)))
 
 
 def train(event, agent, index, parent=None, generation=0, hparams=None, adopted=False, load_replay=True,
@@ -74,6 +74,25 @@ def test_tournament_fresh_agents_then_adopt_a_better_entry():
     assert m.agents[0].hparams == child  # the child's rate is the agent's own now, kept when it keeps training
     assert [(e["key"], e["group"], e["score"]) for e in m.board] == [("k1", "sac", -500.0), ("k2", "sac", -900.0)]
     assert finished(m, 0, -400.0) == [Promote(5, "k4", 0), Evict(5, "k2"), train(5, 0, 5, "k4", 2, child)]
+
+
+@pytest.mark.parametrize("margin, adopts", [(0.0, True), (2.0, False)])
+def test_a_leader_keeps_its_line_unless_an_entry_beats_it_beyond_the_entrys_noise(margin, adopts):
+    m = make(adopt_margin=margin)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -250.0, stderr=20.0)
+    finished(m, 1, -240.0, stderr=20.0)  # agent 1's entry tops the board by 10: within 2 of its errors
+    assert m.board[0]["key"] == "k1" and m.board[0]["score_stderr"] == 20.0
+    finished(m, 0, -250.0, stderr=20.0)  # agent 0's line again (k2): still 10 behind
+    last = m.last_train[0]
+    if adopts:
+        assert last.plan.parent == "k1" and last.plan.adopted
+    else:
+        assert last == train(4, 0, 4, "k2", 2, H)  # keeps training its own line
+    # far behind, it adopts whatever the margin, however noisy its own score was
+    finished(m, 0, -900.0, stderr=300.0)
+    assert m.last_train[0].plan.parent == "k1" and m.last_train[0].plan.adopted
 
 
 def softmax_picks(temperature, draws=30):

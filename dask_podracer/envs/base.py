@@ -11,9 +11,11 @@ which is what a critic bootstraps from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,6 +54,44 @@ def canonical_device(device: str | torch.device) -> torch.device:
     return torch.empty(0, device=device).device
 
 
+# torch's elementwise kernels split a tensor across threads only above this many elements (at::internal::GRAIN_SIZE)
+TORCH_GRAIN_SIZE = 32768
+
+
+def array_namespace(device: torch.device, dtype: torch.dtype, num_envs: int) -> ModuleType:
+    """The array library an env's elementwise dynamics run fastest in: numpy for float32 batches on the CPU
+    that torch would run on one thread, torch otherwise.
+
+    At the sizes envs step (thousands of floats a call) numpy's float32 kernels are 2-3x faster than
+    torch's on a CPU (cos 6.7 µs against 18.6 at 16,384 floats; comparisons 1 µs against 7), and it
+    reads and writes the tensors' own memory (`Tensor.numpy()` is a view). Dynamics written with
+    operators and functions both libraries share (`xp.cos`, `xp.abs`, `xp.divide(a, b, out=c)`,
+    `a *= b`) run in either. Torch keeps float64 (numpy's float64 sin is 3x slower), every GPU, and
+    batches large enough for torch to use several threads (numpy's ufuncs use one).
+    """
+    small = num_envs <= TORCH_GRAIN_SIZE
+    return np if device.type == "cpu" and dtype == torch.float32 and small else torch
+
+
+def as_arrays(xp: ModuleType, *tensors: Tensor) -> tuple[Any, ...]:
+    """`tensors` as arrays of `xp` over the same memory: numpy views of CPU tensors, or the tensors themselves."""
+    return tuple(t.detach().numpy() for t in tensors) if xp is np else tensors
+
+
+def as_tensor(xp: ModuleType, array: Any) -> Tensor:
+    """An array of `xp` back as a tensor over the same memory."""
+    return torch.from_numpy(array) if xp is np else array
+
+
+def constants(xp: ModuleType, dtype: torch.dtype, device: torch.device, **values: float) -> SimpleNamespace:
+    """Scalars in the env's dtype for `xp`: numpy scalars, or 0-dim tensors (an op with a Python float
+    converts it to a tensor first, every time: ~1 µs, a tenth of a small env's step on a CPU)."""
+    if xp is np:
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        return SimpleNamespace(**{name: np_dtype.type(v) for name, v in values.items()})
+    return SimpleNamespace(**{name: torch.tensor(v, dtype=dtype, device=device) for name, v in values.items()})
+
+
 @dataclass(frozen=True)
 class ResetRows:
     """The envs a reset concerns: `mask` `[B]` bool, and on the CPU also their indices `ids` `[k]`.
@@ -71,7 +111,7 @@ class ResetRows:
     def put(self, current: Tensor, fresh: Tensor) -> Tensor:
         """A new `current` `[B, ...]` whose chosen rows are `fresh` (shaped as `shape(...)` says)."""
         if self.ids is not None:
-            return current.index_put((self.ids,), fresh)
+            return current.index_copy(0, self.ids, fresh)
         return torch.where(self.mask.view(-1, *(1,) * (current.dim() - 1)), fresh, current)
 
     def fill(self, current: Tensor, value: float) -> Tensor:
@@ -164,7 +204,7 @@ class TorchVecEnv:
         }
         if self.device.type == "cpu":
             # On the CPU finding the envs that ended costs no sync: reset only those (when any).
-            rows = ResetRows(done, done.nonzero().squeeze(1))
+            rows = ResetRows(done, torch.from_numpy(np.flatnonzero(done.numpy())))  # 3x faster than nonzero()
             if rows.ids.numel() == 0:
                 return final_obs.clone(), reward.to(torch.float32), terminated, truncated, info
         else:
@@ -179,7 +219,8 @@ class TorchVecEnv:
     def close(self) -> None:
         """Nothing to release: the state is plain tensors."""
 
-    def _uniform(self, low: Tensor | float, high: Tensor | float, shape: tuple[int, ...]) -> Tensor:
-        """Uniform samples from this env's own generator, in this env's dtype and device."""
-        u = torch.rand(shape, generator=self.generator, device=self.device, dtype=self.dtype)
-        return low + (high - low) * u
+    def _uniform(self, low: float, high: float, shape: tuple[int, ...]) -> Tensor:
+        """Uniform samples in [low, high] from this env's own generator, in this env's dtype and device."""
+        # one op (torch.rand and an affine map are three, twice the time of a small reset on a CPU)
+        out = torch.empty(shape, device=self.device, dtype=self.dtype)
+        return out.uniform_(low, high, generator=self.generator)

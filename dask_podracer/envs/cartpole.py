@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
+from types import ModuleType
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import ResetRows, TorchVecEnv
+from dask_podracer.envs.base import ResetRows, TorchVecEnv, array_namespace, as_arrays, as_tensor, constants
 
 
 class CartPoleVecEnv(TorchVecEnv):
@@ -40,42 +40,62 @@ class CartPoleVecEnv(TorchVecEnv):
         self.single_observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space = gym.spaces.Discrete(2)
         self.state = torch.zeros(num_envs, 4, dtype=dtype, device=self.device)
-        # The constants as 0-dim tensors in the env's dtype: an op with a Python float converts it
-        # to one first, every time (~1 µs each, a tenth of the dynamics at 16k envs on a CPU).
-        constants = {name: getattr(self, name) for name in (
+        self._scratch = torch.empty(5, num_envs, dtype=dtype, device=self.device)
+        self._k = constants(self._xp, dtype, self.device, **{name: getattr(self, name) for name in (
             "force_mag", "polemass_length", "total_mass", "masspole", "length", "gravity", "tau",
-            "x_threshold", "theta_threshold_radians")}
-        constants.update(two_force_mag=2 * self.force_mag, four_thirds=4.0 / 3.0)
-        self._k = SimpleNamespace(**{name: torch.tensor(value, dtype=dtype, device=self.device)
-                                     for name, value in constants.items()})
+            "x_threshold", "theta_threshold_radians")}, two_force_mag=2 * self.force_mag, four_thirds=4.0 / 3.0)
+
+    @property
+    def _xp(self) -> ModuleType:  # not an attribute: a module cannot be deep-copied, and the checker copies envs
+        return array_namespace(self.device, self.dtype, self.num_envs)
 
     def _reset_where(self, rows: ResetRows) -> None:
         self.state = rows.put(self.state, self._uniform(-0.05, 0.05, rows.shape(4)))
 
     def _dynamics(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         # gymnasium's arithmetic operation for operation (the same products, sums and order, so
-        # float64 matches it), with in-place ops on temporaries and the four Euler updates as two
-        # ops on [B, 4]: at 16k envs on a CPU a step costs passes over memory, not arithmetic.
-        k = self._k
-        _, x_dot, theta, theta_dot = self.state.unbind(-1)
-        push_right = (actions.reshape(self.num_envs) == 1).to(self.dtype)  # anything else pushes left
-        force = push_right.mul_(k.two_force_mag).sub_(k.force_mag)  # exactly ±force_mag
-        costheta, sintheta = torch.cos(theta), torch.sin(theta)
+        # float64 matches it), in numpy or torch (array_namespace), with in-place ops on kept buffers
+        # and the four Euler updates as two ops on [B, 4]: at 16k envs on a CPU a step costs passes
+        # over memory, not arithmetic.
+        xp, k = self._xp, self._k
+        new_tensor = torch.empty_like(self.state)
+        # the columns, as [4, B] views (numpy and torch alike); temporaries in buffers kept between steps
+        state, new, action, scratch = as_arrays(xp, self.state.T, new_tensor.T, actions.reshape(self.num_envs),
+                                                self._scratch)
+        theta, theta_dot = state[2], state[3]
+        costheta, sintheta, temp, denom, pull = scratch
+        force = xp.multiply(action == 1, k.two_force_mag, out=pull)  # anything else pushes left
+        force -= k.force_mag  # exactly ±force_mag
+        sintheta[...] = theta  # a contiguous copy: cos and sin run twice as fast on it as on a column
+        xp.cos(sintheta, out=costheta)
+        xp.sin(sintheta, out=sintheta)
         # temp = (force + polemass_length * theta_dot² * sintheta) / total_mass
-        temp = theta_dot.square().mul_(k.polemass_length).mul_(sintheta).add_(force).div_(k.total_mass)
+        xp.multiply(theta_dot, theta_dot, out=temp)
+        temp *= k.polemass_length
+        temp *= sintheta
+        temp += force
+        temp /= k.total_mass
         # thetaacc = (gravity * sintheta - costheta * temp) / (length * (4/3 - masspole * costheta² / total_mass))
-        denom = costheta.square().mul_(k.masspole).div_(k.total_mass).neg_().add_(k.four_thirds).mul_(k.length)
-        deriv = torch.empty_like(self.state)  # d(state)/dt: x_dot, xacc, theta_dot, thetaacc
-        d_x, d_x_dot, d_theta, d_theta_dot = deriv.unbind(-1)
-        thetaacc = torch.div(sintheta.mul_(k.gravity).sub_(costheta * temp), denom, out=d_theta_dot)
+        xp.multiply(costheta, costheta, out=denom)
+        denom *= k.masspole
+        denom /= k.total_mass
+        xp.subtract(k.four_thirds, denom, out=denom)
+        denom *= k.length
+        # `new` holds d(state)/dt first: x_dot, xacc, theta_dot, thetaacc
+        sintheta *= k.gravity
+        sintheta -= xp.multiply(costheta, temp, out=pull)
+        thetaacc = xp.divide(sintheta, denom, out=new[3])
         # xacc = temp - polemass_length * thetaacc * costheta / total_mass
-        torch.sub(temp, torch.mul(thetaacc, k.polemass_length).mul_(costheta).div_(k.total_mass), out=d_x_dot)
-        d_x.copy_(x_dot)
-        d_theta.copy_(theta_dot)
-        self.state = deriv.mul_(k.tau).add_(self.state)  # Euler: state + tau * d(state)/dt
-        new_x, _, new_theta, _ = self.state.unbind(-1)
-        terminated = (new_x.abs() > k.x_threshold).logical_or_(new_theta.abs() > k.theta_threshold_radians)
-        return torch.ones(self.num_envs, dtype=self.dtype, device=self.device), terminated
+        xp.multiply(thetaacc, k.polemass_length, out=pull)
+        pull *= costheta
+        pull /= k.total_mass
+        xp.subtract(temp, pull, out=new[1])
+        new[0::2] = state[1::2]
+        new *= k.tau  # Euler: state + tau * d(state)/dt
+        new += state
+        terminated = (xp.abs(new[0]) > k.x_threshold) | (xp.abs(new[2]) > k.theta_threshold_radians)
+        self.state = new_tensor
+        return torch.ones(self.num_envs, dtype=self.dtype, device=self.device), as_tensor(xp, terminated)
 
     def _observe(self) -> Tensor:
         return self.state.to(torch.float32, copy=True)

@@ -4,8 +4,9 @@ A strategy proposes; the tournament state machine decides and records. Each is a
 small pure function of the machine's state and a seeded RNG:
 
 - tournament: keep training your own checkpoint, unless an entry picked from the top
-  of the leaderboard (by tournament or softmax) beats it: then adopt that entry with
-  perturbed hyper-parameters (ElegantRL-Podracer's tournament-based ensemble training).
+  of the leaderboard (by tournament or softmax) beats it (by more than `adopt_margin` of
+  the entry's standard errors): then adopt that entry with perturbed hyper-parameters (ElegantRL-Podracer's
+  tournament-based ensemble training).
 - pbt: truncation selection (Jaderberg et al. 2017): an agent in the bottom quantile of
   its group copies one from the top quantile (weights, optimizer and, by the replay
   policy, its buffer), then explores its hyper-parameters.
@@ -56,7 +57,7 @@ def tournament(machine: Tournament, idle: Sequence[AgentState], rng: random.Rand
             plans[agent.id] = fresh(agent)
             continue
         pick = select(entries, machine, rng) if entries else None
-        if pick is not None and (agent.score is None or pick["score"] > agent.score):
+        if pick is not None and beats(pick, agent, cfg.adopt_margin):
             plans[agent.id] = adopt(machine, agent, pick["key"], pick["hparams"], int(pick["generation"]), rng)
         else:
             plans[agent.id] = keep_training(agent)
@@ -100,6 +101,16 @@ def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str
     child = perturb_hparams(hparams, cfg.perturb, cfg.perturb_factor, rng, group.search, cfg.resample_probability,
                             valid=lambda h: info.config_cls(**h), options=info.choices)
     return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay != "reset", adopted=True)
+
+
+def beats(entry: Mapping[str, Any], agent: AgentState, margin: float) -> bool:
+    """Whether board `entry` beats the agent's own latest score by more than `margin` of the entry's
+    standard errors. The board keeps the luckiest evaluations, so an entry's score is optimistic by about
+    its noise; the agent's latest score was not selected for luck. (Entries from before standard errors
+    were recorded count as exact.)"""
+    if agent.score is None:
+        return True
+    return entry["score"] > agent.score + margin * entry.get("score_stderr", 0.0)
 
 
 def select(entries: Sequence[Mapping[str, Any]], machine: Tournament, rng: random.Random) -> Mapping[str, Any]:

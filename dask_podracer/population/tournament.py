@@ -118,6 +118,8 @@ class AgentState:
     """Its latest checkpoint."""
     score: float | None = None
     """The evaluation score of that checkpoint."""
+    score_stderr: float = 0.0
+    """That score's standard error."""
     generation: int = 0
     """Segments in that checkpoint's lineage before its last one."""
     running: str | None = None
@@ -184,8 +186,7 @@ class Tournament:
     def _finished(self, eid: int, event: SegmentFinished, rng: random.Random) -> list[Instruction]:
         agent, result = self.agents[event.agent], event.result
         self._ended(agent)
-        agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
-        agent.segments += 1
+        self._advance(agent, result)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.env_steps
         self.counters["failed_in_a_row"] = 0
@@ -202,8 +203,7 @@ class Tournament:
         result = event.result
         agent = self.agents.get(event.agent) if event.agent is not None else None
         if agent is not None and agent.checkpoint == result.parent:  # its newest checkpoint, not an older branch
-            agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
-            agent.segments += 1
+            self._advance(agent, result)
         group = agent.group if agent is not None else self._group_of(result.algorithm)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.env_steps
@@ -252,7 +252,7 @@ class Tournament:
             out.append(Evict(eid, key))
         for agent in self.agents.values():
             if agent.checkpoint == key:
-                agent.checkpoint, agent.score, agent.generation = None, None, 0
+                agent.checkpoint, agent.score, agent.score_stderr, agent.generation = None, None, 0.0, 0
         return out
 
     def _after_segment(self, eid: int, agent: AgentState, rng: random.Random) -> list[Instruction]:
@@ -310,6 +310,13 @@ class Tournament:
                     out.append(Cancel(eid, agent.id, agent.running, reason))
                     self._ended(agent)
         return out + [Stop(eid, reason)]
+
+    @staticmethod
+    def _advance(agent: AgentState, result: SegmentResult) -> None:
+        """The agent's latest checkpoint is now `result`'s."""
+        agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
+        agent.score_stderr = result.score_stderr
+        agent.segments += 1
 
     def _ended(self, agent: AgentState) -> None:
         if agent.running:

@@ -13,6 +13,7 @@ def leaderboard_entry(result: SegmentResult, group: str | None = None) -> dict[s
         "key": result.key,
         "group": group or result.algorithm,
         "score": result.score,
+        "score_stderr": result.score_stderr,
         "env_steps": result.total_env_steps,
         "algorithm": result.algorithm,
         "env": result.env,

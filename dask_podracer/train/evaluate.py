@@ -8,9 +8,14 @@ from dask_podracer.agents.base import Agent
 from dask_podracer.envs import VecEnv
 
 
-@torch.no_grad()
 def evaluate(agent: Agent, env: VecEnv, seed: int) -> float:
     """Mean return of the first episode of every env in `env`, acting deterministically."""
+    return float(episode_returns(agent, env, seed).mean())
+
+
+@torch.no_grad()
+def episode_returns(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
+    """The return of the first episode of every env in `env` (float64 `[num_envs]`), acting deterministically."""
     obs, _ = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
     running = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
@@ -20,4 +25,4 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> float:
         running &= ~(terminated | truncated)
         if not bool(running.any()):
             break
-    return float(returns.mean())
+    return returns

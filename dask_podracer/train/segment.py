@@ -15,7 +15,7 @@ import torch
 from dask_podracer.agents import Agent, algorithm_info, finish_training, make_agent
 from dask_podracer.envs import make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
-from dask_podracer.train.evaluate import evaluate
+from dask_podracer.train.evaluate import episode_returns
 from dask_podracer.train.spec import SegmentResult, SegmentSpec
 from dask_podracer.train.state import flatten_state, unflatten_state
 
@@ -57,7 +57,10 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     train_seconds = time.perf_counter() - started
 
     eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed)
-    score = evaluate(agent, eval_env, seed=spec.eval_seed)
+    returns = episode_returns(agent, eval_env, seed=spec.eval_seed)
+    score = float(returns.mean())
+    # the standard error of that mean: how far apart two scores must be before they say something
+    score_stderr = float(returns.std(correction=0)) / math.sqrt(returns.numel())
     eval_seconds = time.perf_counter() - started - train_seconds
     if replay_lost:
         metrics = {**metrics, "replay_rows_lost": float(replay_lost)}
@@ -69,6 +72,7 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
         key=spec.key, parent=spec.parent, algorithm=spec.algorithm, env=spec.env, hparams=dict(spec.hparams),
         score=score, env_steps=steps, total_env_steps=lineage_steps + steps, train_seconds=train_seconds,
         eval_seconds=eval_seconds, generation=spec.generation, device=str(device), metrics=metrics,
+        score_stderr=score_stderr,
     )
     # one replay row per env step: the newest `steps` rows are this segment's own
     save_agent(store, spec.key, agent, result, seed=spec.seed,
@@ -82,7 +86,7 @@ def result_from_attrs(key: str, attrs: dict, device: str | None = None) -> Segme
         key=key, parent=attrs["parent"], algorithm=attrs["algorithm"], env=attrs["env"], hparams=attrs["hparams"],
         score=attrs["score"], env_steps=attrs["segment_env_steps"], total_env_steps=attrs["env_steps"],
         train_seconds=0.0, eval_seconds=0.0, generation=attrs["generation"], device=device or "",
-        metrics=attrs.get("metrics", {}),
+        metrics=attrs.get("metrics", {}), score_stderr=attrs.get("score_stderr", 0.0),
     )
 
 
@@ -103,7 +107,7 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
     attrs = {
         "algorithm": result.algorithm, "env": result.env, "hparams": result.hparams,
         "parent": result.parent, "generation": result.generation, "seed": seed,
-        "score": result.score, "env_steps": result.total_env_steps, "segment_env_steps": result.env_steps,
+        "score": result.score, "score_stderr": result.score_stderr, "env_steps": result.total_env_steps, "segment_env_steps": result.env_steps,
         "metrics": result.metrics, "structure": skeleton, **extra,
     }
     store.save_checkpoint(key, arrays, attrs)

@@ -70,6 +70,9 @@ class SegmentResult:
     device: str
     metrics: dict[str, float]
     """The learner's last metrics (losses, entropy, ...)."""
+    score_stderr: float = 0.0
+    """Standard error of `score`: the evaluation returns' standard deviation over the square root of their
+    number (0 for results from before it was recorded)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
