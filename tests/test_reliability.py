@@ -133,7 +133,9 @@ def test_a_damaged_checkpoint_is_quarantined_and_the_run_goes_on(client, tmp_pat
     assert store.is_quarantined(damaged)
     assert damaged not in [e["key"] for e in store.read_leaderboard()]
     failed = [r for r in store.read_history() if r["status"] == "failed"]
-    assert failed and all(r["error"].startswith("ChecksumError") for r in failed)
+    # the first segment to read it fails on its checksum; one reading it at the same time may find it quarantined
+    assert any(r["error"].startswith("ChecksumError") for r in failed)
+    assert all(r["error"].startswith("ChecksumError") or "quarantined" in r["error"] for r in failed), failed
     with pytest.raises(Exception, match="quarantined"):
         load_agent(store, damaged)
     for entry in store.read_leaderboard():
