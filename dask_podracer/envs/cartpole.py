@@ -1,4 +1,5 @@
-"""CartPole-v1 as batched torch code, step for step the same as gymnasium's (euler integrator)."""
+"""CartPole-v1 as batched array code (torch, or numpy over the same memory for small float32 CPU batches),
+step for step the same as gymnasium's (euler integrator)."""
 
 from __future__ import annotations
 

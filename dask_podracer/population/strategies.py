@@ -5,8 +5,8 @@ small pure function of the machine's state and a seeded RNG:
 
 - tournament: keep training your own checkpoint, unless an entry picked from the top
   of the leaderboard (by tournament or softmax) beats it (by more than `adopt_margin` of
-  the entry's standard errors): then adopt that entry with perturbed hyper-parameters (ElegantRL-Podracer's
-  tournament-based ensemble training).
+  the entry's standard errors): then adopt that entry with perturbed hyper-parameters
+  (ElegantRL-Podracer's tournament-based ensemble training).
 - pbt: truncation selection (Jaderberg et al. 2017): an agent in the bottom quantile of
   its group copies one from the top quantile (weights, optimizer and, by the replay
   policy, its buffer), then explores its hyper-parameters.

@@ -107,8 +107,8 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
     attrs = {
         "algorithm": result.algorithm, "env": result.env, "hparams": result.hparams,
         "parent": result.parent, "generation": result.generation, "seed": seed,
-        "score": result.score, "score_stderr": result.score_stderr, "env_steps": result.total_env_steps, "segment_env_steps": result.env_steps,
-        "metrics": result.metrics, "structure": skeleton, **extra,
+        "score": result.score, "score_stderr": result.score_stderr, "env_steps": result.total_env_steps,
+        "segment_env_steps": result.env_steps, "metrics": result.metrics, "structure": skeleton, **extra,
     }
     store.save_checkpoint(key, arrays, attrs)
 
