@@ -90,6 +90,10 @@ class TournamentConfig:
     this many of the entry's standard errors (from the spread of its evaluation returns). The board keeps the
     luckiest evaluations, so 0 lets a leader abandon its line (and its hyper-parameters) for a child whose
     score was merely lucky; about 2 keeps a line unless it is clearly beaten."""
+    ready: int = 1
+    """Segments an agent trains on its line (since it started fresh or adopted) before it may abandon it: by
+    adopting an entry (tournament) or copying a peer (pbt, generational). PBT's "ready": a line needs a few
+    segments to show what its hyper-parameters can do, and 1 judges them on a single (first) segment."""
     quantile: float = 0.25
     """pbt and generational: the bottom fraction copies an agent from the top fraction."""
     perturb: tuple[str, ...] = ()
@@ -120,6 +124,7 @@ class TournamentConfig:
         _require(self.softmax_temperature > 0, "tournament.softmax_temperature", "> 0", self.softmax_temperature)
         _require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
         _require(self.adopt_margin >= 0, "tournament.adopt_margin", ">= 0", self.adopt_margin)
+        _require(self.ready >= 1, "tournament.ready", ">= 1", self.ready)
         _require(0 < self.quantile <= 0.5, "tournament.quantile", "in (0, 0.5]", self.quantile)
         _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
         _require(0 <= self.resample_probability <= 1, "tournament.resample_probability", "in [0, 1]",

@@ -95,6 +95,41 @@ def test_a_leader_keeps_its_line_unless_an_entry_beats_it_beyond_the_entrys_nois
     assert m.last_train[0].plan.parent == "k1" and m.last_train[0].plan.adopted
 
 
+def test_a_line_is_judged_only_after_ready_segments():
+    m = make(ready=2)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    assert finished(m, 1, -500.0) == [Promote(2, "k1", 0), train(2, 1, 2, "k1", 1, H)]
+    # agent 0's first segment is far behind k1, but one segment does not judge a line: it keeps training
+    assert finished(m, 0, -1000.0) == [Promote(3, "k0", 1), train(3, 0, 3, "k0", 1, H)]
+    out = finished(m, 0, -1000.0)  # its second: now it adopts k1
+    child = perturbed(m, H, out[-1])
+    assert out[-1] == train(4, 0, 4, "k1", 1, child, adopted=True)
+    assert m.agents[0].line_segments == 0
+    # the adopted line starts its own count: its first segment, however bad, is not judged either
+    assert finished(m, 0, -1100.0)[-1] == train(5, 0, 5, "k4", 2, child)
+    assert m.agents[0].line_segments == 1
+
+
+def test_ready_one_judges_a_line_on_its_first_segment():
+    m = make(ready=1)
+    m.handle(CapacityChanged(2))
+    finished(m, 1, -500.0)
+    out = finished(m, 0, -1000.0)
+    assert out[-1].plan.parent == "k1" and out[-1].plan.adopted
+
+
+def test_pbt_leaves_a_line_alone_until_it_is_ready():
+    m = make("pbt", quantile=0.25, ready=2)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(4))
+    for agent, score in [(0, -900.0), (1, -300.0), (2, -600.0)]:
+        finished(m, agent, score)
+    assert finished(m, 3, -1000.0) == [train(5, 3, 7, "k3", 1, H)]  # the worst, but after one segment only
+    out = finished(m, 3, -1000.0)
+    assert out[-1].plan.parent == "k1" and out[-1].plan.adopted
+
+
 def softmax_picks(temperature, draws=30):
     """Parents the worst agent adopts, over `draws` segments, when the top two entries score -200 and -1000."""
     m = make(selection="softmax", softmax_temperature=temperature, select_from_top=2, leaderboard_size=4)

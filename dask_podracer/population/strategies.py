@@ -13,6 +13,9 @@ small pure function of the machine's state and a seeded RNG:
 - generational: the same exploit/explore, but only when every agent has finished its
   generation (a barrier): the baseline the seeds compare the tournament against.
 - random: random search; every agent trains its own draw from the prior, never exploits.
+
+The three that exploit leave a line alone until it has trained `tournament.ready`
+segments since it started (fresh or adopted): PBT's "ready".
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def tournament(machine: Tournament, idle: Sequence[AgentState], rng: random.Rand
         entries = [e for e in machine.board if e.get("group") == agent.group]
         if agent.checkpoint is None and len(entries) < cfg.fresh_agents:
             plans[agent.id] = fresh(agent)
+            continue
+        if not ready(agent, machine):
+            plans[agent.id] = keep_training(agent)
             continue
         pick = select(entries, machine, rng) if entries else None
         if pick is not None and beats(pick, agent, cfg.adopt_margin):
@@ -103,6 +109,12 @@ def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str
     return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay != "reset", adopted=True)
 
 
+def ready(agent: AgentState, machine: Tournament) -> bool:
+    """Whether the agent's line has trained long enough to be judged (and abandoned); an agent with no
+    checkpoint (its first segment was cancelled or its checkpoint damaged) has no line to keep."""
+    return agent.checkpoint is None or agent.line_segments >= machine.config.tournament.ready
+
+
 def beats(entry: Mapping[str, Any], agent: AgentState, margin: float) -> bool:
     """Whether board `entry` beats the agent's own latest score by more than `margin` of the entry's
     standard errors. The board keeps the luckiest evaluations, so an entry's score is optimistic by about
@@ -129,6 +141,8 @@ def _truncate(machine: Tournament, agent: AgentState, rng: random.Random) -> Pla
     """PBT's exploit step for one agent: copy a top-quantile peer if this agent is in the bottom quantile."""
     if agent.checkpoint is None:
         return fresh(agent)
+    if not ready(agent, machine):
+        return keep_training(agent)
     peers = sorted((a for a in machine.active_agents() if a.group == agent.group and a.score is not None),
                    key=lambda a: (-a.score, a.id))
     cut = max(1, math.floor(machine.config.tournament.quantile * len(peers)))

@@ -127,6 +127,8 @@ class AgentState:
     active: bool = True
     """False while capacity has no slot for it (it keeps its checkpoint and may come back)."""
     segments: int = 0
+    line_segments: int = 0
+    """Segments finished since it last started fresh or adopted (compared with tournament.ready)."""
 
 
 def _default_key(index: int) -> str:
@@ -295,6 +297,8 @@ class Tournament:
             self.counters["segments_started"] += 1
             key = self.key_factory(index)
             agent.running, agent.hparams = key, dict(plan.hparams)  # the child's hyper-parameters win
+            if plan.adopted or plan.parent is None:
+                agent.line_segments = 0  # a new line starts
             self.running += 1
             group = self.config.group(agent.group)
             out.append(Train(eid, agent.id, key, agent.group, plan, seed=self.config.run.seed * 1_000_003 + index,
@@ -317,6 +321,7 @@ class Tournament:
         agent.checkpoint, agent.score, agent.generation = result.key, result.score, result.generation
         agent.score_stderr = result.score_stderr
         agent.segments += 1
+        agent.line_segments += 1
 
     def _ended(self, agent: AgentState) -> None:
         if agent.running:
