@@ -90,6 +90,12 @@ class TournamentConfig:
     this many of the entry's standard errors (from the spread of its evaluation returns). The board keeps the
     luckiest evaluations, so 0 lets a leader abandon its line (and its hyper-parameters) for a child whose
     score was merely lucky; about 2 keeps a line unless it is clearly beaten."""
+    progress_margin: float = 0.0
+    """tournament: an agent adopts a picked entry only if the entry also beats every first segment of its group
+    (the best score a fresh line had after one segment) by more than this many standard errors (the entry's and
+    that first segment's, combined): exploit what a line has learned, not a lucky evaluation of one that has
+    learned nothing. 0 turns the check off. The board is the best of many evaluations, so a line that never
+    learns can reach about 2 standard errors above the first segments by luck; 3 rarely does."""
     ready: int = 1
     """Segments an agent trains on its line (since it started fresh or adopted) before it may abandon it: by
     adopting an entry (tournament) or copying a peer (pbt, generational). PBT's "ready": a line needs a few
@@ -124,6 +130,7 @@ class TournamentConfig:
         _require(self.softmax_temperature > 0, "tournament.softmax_temperature", "> 0", self.softmax_temperature)
         _require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
         _require(self.adopt_margin >= 0, "tournament.adopt_margin", ">= 0", self.adopt_margin)
+        _require(self.progress_margin >= 0, "tournament.progress_margin", ">= 0", self.progress_margin)
         _require(self.ready >= 1, "tournament.ready", ">= 1", self.ready)
         _require(0 < self.quantile <= 0.5, "tournament.quantile", "in (0, 0.5]", self.quantile)
         _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)

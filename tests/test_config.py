@@ -37,6 +37,7 @@ BAD_CONFIGS = [
     ({"run": {"algorithm": "sac"}}, "missing key run.env"),
     ({**GOOD, "tournament": {"pool_size": "two"}}, "tournament.pool_size must be an integer, got str 'two'"),
     ({**GOOD, "tournament": {"leaderboard_size": 0}}, "tournament.leaderboard_size must be >= 1, got 0"),
+    ({**GOOD, "tournament": {"progress_margin": -1}}, "tournament.progress_margin must be >= 0, got -1"),
     ({**GOOD, "tournament": {"perturb": ["hidden"]}}, "tournament.perturb: 'hidden' is not a tunable"),
     ({**GOOD, "segment": {"env_steps": 1.5}}, "segment.env_steps must be an integer"),
     ({**GOOD, "segment": {"device": "gpu"}}, "segment.device must be"),

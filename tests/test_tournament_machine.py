@@ -119,6 +119,45 @@ def test_ready_one_judges_a_line_on_its_first_segment():
     assert out[-1].plan.parent == "k1" and out[-1].plan.adopted
 
 
+def test_an_entry_is_adopted_only_once_it_beats_the_first_segments_by_the_progress_margin():
+    m = make(progress_margin=3.0)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(2))
+    assert finished(m, 0, -1000.0, stderr=50.0) == [Promote(2, "k0", 0), train(2, 0, 2, "k0", 1, H)]
+    # k0 beats agent 1's first segment by 200, but k0 is a first segment itself: nothing learned yet
+    assert finished(m, 1, -1200.0, stderr=50.0) == [Promote(3, "k1", 1), train(3, 1, 3, "k1", 1, H)]
+    assert m.first_segments == {"sac": (-1000.0, 50.0)}
+    # k2 is 150 above the best first segment: under 3 * hypot(50, 50) = 212, so it may be luck
+    assert finished(m, 0, -850.0, stderr=50.0) == [Promote(4, "k2", 0), Evict(4, "k1"),
+                                                   train(4, 0, 4, "k2", 2, H)]
+    assert finished(m, 1, -1300.0, stderr=50.0) == [train(5, 1, 5, "k3", 2, H)]
+    # k4 is 300 above: learned, and agent 1 adopts it
+    assert finished(m, 0, -700.0, stderr=50.0) == [Promote(6, "k4", 0), Evict(6, "k0"),
+                                                   train(6, 0, 6, "k4", 3, H)]
+    out = finished(m, 1, -1300.0, stderr=50.0)
+    assert out == [train(7, 1, 7, "k4", 3, perturbed(m, H, out[-1]), adopted=True)]
+
+
+def test_a_new_agent_starts_fresh_while_no_entry_has_learned():
+    m = make(progress_margin=3.0, fresh_agents=1)
+    H = dict(m.config.hparams)
+    m.handle(CapacityChanged(1))
+    finished(m, 0, -1000.0, stderr=50.0)
+    # the pool grows: the board holds fresh_agents entries, but its only one is a first segment
+    assert m.handle(CapacityChanged(2)) == [train(3, 1, 2, hparams=H)]
+
+
+def test_the_first_segments_survive_a_resume_and_an_old_state_falls_back_to_the_board():
+    m = make(progress_margin=3.0)
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -1000.0, stderr=50.0)
+    finished(m, 1, -1200.0, stderr=40.0)
+    again = Scripted(m.config, m.board, m.to_state(), key_factory=lambda i: f"k{i}")
+    assert again.first_segments == {"sac": (-1000.0, 50.0)}
+    state = {k: v for k, v in m.to_state().items() if k != "first_segments"}  # saved by an older version
+    assert Scripted(m.config, m.board, state).first_segments == {"sac": (-1000.0, 50.0)}
+
+
 def test_pbt_leaves_a_line_alone_until_it_is_ready():
     m = make("pbt", quantile=0.25, ready=2)
     H = dict(m.config.hparams)

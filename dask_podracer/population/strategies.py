@@ -5,7 +5,8 @@ small pure function of the machine's state and a seeded RNG:
 
 - tournament: keep training your own checkpoint, unless an entry picked from the top
   of the leaderboard (by tournament or softmax) beats it (by more than `adopt_margin` of
-  the entry's standard errors): then adopt that entry with perturbed hyper-parameters
+  the entry's standard errors) and, with `progress_margin`, has learned (beats every first
+  segment of its group): then adopt that entry with perturbed hyper-parameters
   (ElegantRL-Podracer's tournament-based ensemble training).
 - pbt: truncation selection (Jaderberg et al. 2017): an agent in the bottom quantile of
   its group copies one from the top quantile (weights, optimizer and, by the replay
@@ -63,10 +64,10 @@ def tournament(machine: Tournament, idle: Sequence[AgentState], rng: random.Rand
             plans[agent.id] = keep_training(agent)
             continue
         pick = select(entries, machine, rng) if entries else None
-        if pick is not None and beats(pick, agent, cfg.adopt_margin):
+        if pick is not None and beats(pick, agent, cfg.adopt_margin) and learned(pick, machine):
             plans[agent.id] = adopt(machine, agent, pick["key"], pick["hparams"], int(pick["generation"]), rng)
-        else:
-            plans[agent.id] = keep_training(agent)
+        else:  # nothing worth adopting: one with no checkpoint yet trains its own draw, as in random search
+            plans[agent.id] = keep_training(agent) if agent.checkpoint is not None else fresh(agent)
     return plans
 
 
@@ -123,6 +124,19 @@ def beats(entry: Mapping[str, Any], agent: AgentState, margin: float) -> bool:
     if agent.score is None:
         return True
     return entry["score"] > agent.score + margin * entry.get("score_stderr", 0.0)
+
+
+def learned(entry: Mapping[str, Any], machine: Tournament) -> bool:
+    """Whether board `entry` beats the best first segment of its group by more than `tournament.progress_margin`
+    of their combined standard errors (always, with the margin 0 or no first segment seen yet). A line whose
+    hyper-parameters learn nothing still climbs the board, by the luck of its best evaluations; a line that
+    learns passes this bar, where one that is merely lucky rarely does."""
+    margin = machine.config.tournament.progress_margin
+    first = machine.first_segments.get(entry.get("group"))
+    if not margin or first is None:
+        return True
+    score, stderr = first
+    return entry["score"] > score + margin * math.hypot(entry.get("score_stderr", 0.0), stderr)
 
 
 def select(entries: Sequence[Mapping[str, Any]], machine: Tournament, rng: random.Random) -> Mapping[str, Any]:

@@ -158,6 +158,12 @@ class Tournament:
             self.agents[agent.id] = agent
             if raw.get("running"):
                 self.in_flight[raw["running"]] = agent.id
+        self.first_segments: dict[str, tuple[float, float]] = {
+            group: (float(score), float(stderr)) for group, (score, stderr) in state.get("first_segments", {}).items()}
+        """Per group, the best first segment of a fresh line: (score, standard error); see progress_margin."""
+        for entry in self.board:  # a state saved before first segments were kept: the board's stand in
+            if int(entry.get("generation", 1)) == 0:
+                self._note_first_segment(entry["group"], entry["score"], entry.get("score_stderr", 0.0))
         self.slots = 0
         self.running = 0  # segments training now (kept, not counted, since it is asked twice per event)
         self.stopped: str | None = None
@@ -189,6 +195,8 @@ class Tournament:
         agent, result = self.agents[event.agent], event.result
         self._ended(agent)
         self._advance(agent, result)
+        if result.generation == 0:
+            self._note_first_segment(agent.group, result.score, result.score_stderr)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.env_steps
         self.counters["failed_in_a_row"] = 0
@@ -207,6 +215,8 @@ class Tournament:
         if agent is not None and agent.checkpoint == result.parent:  # its newest checkpoint, not an older branch
             self._advance(agent, result)
         group = agent.group if agent is not None else self._group_of(result.algorithm)
+        if result.generation == 0:
+            self._note_first_segment(group, result.score, result.score_stderr)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.env_steps
         self.completed_now += int(event.resumed)
@@ -223,6 +233,11 @@ class Tournament:
             return []
         evicted = sorted(before - {e["key"] for e in self.board})
         return [Promote(eid, result.key, rank)] + [Evict(eid, key) for key in evicted]
+
+    def _note_first_segment(self, group: str, score: float, stderr: float) -> None:
+        best = self.first_segments.get(group)
+        if best is None or score > best[0]:
+            self.first_segments[group] = (float(score), float(stderr))
 
     def _on_target(self, result: SegmentResult) -> bool:
         target = self.config.run.target_return
@@ -350,7 +365,8 @@ class Tournament:
         """What a resumed run needs, as plain JSON."""
         fields = [f.name for f in dataclasses.fields(AgentState)]  # not asdict: its deep copies cost ms per agent
         agents = [{name: getattr(a, name) for name in fields} for a in self.agents.values()]
-        return {"counters": dict(self.counters), "agents": agents}
+        first_segments = {group: list(best) for group, best in self.first_segments.items()}
+        return {"counters": dict(self.counters), "agents": agents, "first_segments": first_segments}
 
     def _rank_key(self, agent: AgentState) -> tuple:
         """Lower is worse: unscored agents rank below scored ones, then by score, then newer below older."""
