@@ -1,7 +1,8 @@
 """Generator strategies compared on Pendulum from a deliberately wide prior, at the same wall-clock budget.
 
     python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 90s] [--prior very-wide] [--resample 0.25]
-                                    [--margin 2] [--ready 1] [--strategies tournament pbt generational random]
+                                    [--margin 2] [--progress-margin 3] [--ready 1]
+                                    [--strategies tournament pbt generational random]
 
 Every run: SAC, 4 agents on the embedded LocalCluster's slots, hyper-parameters drawn
 from a wide prior (`--prior very-wide`: learning rates and tau over four decades, gamma
@@ -41,14 +42,15 @@ PRIORS = {
 
 
 def run(strategy: str, seed: int, budget: str, resample: float, margin: float, prior: str,
-        perturb_factor: float, ready: int) -> tuple[float, float | None]:
+        perturb_factor: float, ready: int, progress_margin: float) -> tuple[float, float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         config = config_from_dict({
             "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": f"{tmp}/s.zarr", "budget": budget,
                     "seed": seed},
             "tournament": {"strategy": strategy, "pool_size": 4, "fresh_agents": 4, "quantile": 0.25,
                            "perturb": ["actor_lr", "critic_lr", "gamma", "tau"], "resample_probability": resample,
-                           "adopt_margin": margin, "perturb_factor": perturb_factor, "ready": ready},
+                           "adopt_margin": margin, "perturb_factor": perturb_factor, "ready": ready,
+                           "progress_margin": progress_margin},
             "segment": {"env_steps": 1000, "eval_episodes": 10},
             "cluster": {"dashboard_address": "127.0.0.1:0"},
             "hparams": FIXED_HPARAMS,
@@ -70,6 +72,8 @@ def main() -> None:
                         help="tournament.adopt_margin: standard errors an entry must beat an agent's own score by")
     parser.add_argument("--ready", type=int, default=1,
                         help="tournament.ready: segments a line trains before it may be abandoned or copied over")
+    parser.add_argument("--progress-margin", type=float, default=3.0,
+                        help="tournament.progress_margin: standard errors an entry must beat the best first segment by")
     parser.add_argument("--prior", choices=sorted(PRIORS), default="very-wide")
     parser.add_argument("--perturb-factor", type=float, default=1.25, help="tournament.perturb_factor")
     parser.add_argument("--strategies", nargs="+", default=["tournament", "pbt", "generational", "random"])
@@ -80,7 +84,7 @@ def main() -> None:
     for strategy in args.strategies:
         for seed in args.seeds:
             best, reached = run(strategy, seed, args.budget, args.resample, args.margin, args.prior,
-                                args.perturb_factor, args.ready)
+                                args.perturb_factor, args.ready, args.progress_margin)
             results.setdefault(strategy, []).append((best, reached))
             shown = f"{reached:9.1f}" if reached is not None else f"{'-':>9}"
             print(f"{strategy:<13} {seed:>4} {best:>8.1f} {shown}", flush=True)
