@@ -32,6 +32,7 @@ def train_draw(hparams: dict, seed: int, env_steps: int) -> list[float]:
     torch.manual_seed(seed)
     env = make_vec_env("Pendulum-v1", hparams["num_envs"], seed=seed)
     agent = make_agent("sac", env.single_observation_space, env.single_action_space, hparams)
+    eval_env = make_vec_env("Pendulum-v1", 10, seed=1_000_003)  # the segments' evaluation episodes
     obs, _ = env.reset(seed=seed)
     steps, scores = 0, []
     while steps < env_steps:
@@ -40,7 +41,6 @@ def train_draw(hparams: dict, seed: int, env_steps: int) -> list[float]:
             obs, taken, _ = agent.train_iteration(env, obs)
             steps += taken
         finish_training(agent)
-        eval_env = make_vec_env("Pendulum-v1", 10, seed=1_000_003)  # the segments' evaluation episodes
         scores.append(evaluate(agent, eval_env, seed=1_000_003))
     return scores
 

@@ -195,8 +195,6 @@ class Tournament:
         agent, result = self.agents[event.agent], event.result
         self._ended(agent)
         self._advance(agent, result)
-        if result.generation == 0:
-            self._note_first_segment(agent.group, result.score, result.score_stderr)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.env_steps
         self.counters["failed_in_a_row"] = 0
@@ -215,8 +213,6 @@ class Tournament:
         if agent is not None and agent.checkpoint == result.parent:  # its newest checkpoint, not an older branch
             self._advance(agent, result)
         group = agent.group if agent is not None else self._group_of(result.algorithm)
-        if result.generation == 0:
-            self._note_first_segment(group, result.score, result.score_stderr)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.env_steps
         self.completed_now += int(event.resumed)
@@ -226,7 +222,10 @@ class Tournament:
         return out
 
     def _rank(self, eid: int, result: SegmentResult, group: str) -> list[Instruction]:
-        """The updater: enter `result` in the board if it beats the K-th entry."""
+        """The updater: enter `result` in the board if it beats the K-th entry (and keep its group's best first
+        segment)."""
+        if result.generation == 0:
+            self._note_first_segment(group, result.score, result.score_stderr)
         before = {e["key"] for e in self.board}
         self.board, rank = update_leaderboard(self.board, result, self.config.tournament.leaderboard_size, group)
         if rank is None:
