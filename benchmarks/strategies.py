@@ -1,6 +1,6 @@
 """Generator strategies compared on Pendulum from a deliberately wide prior, at the same wall-clock budget.
 
-    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 90s] [--prior very-wide] [--resample 0.25]
+    python benchmarks/strategies.py [--seeds 0 1 2 3 4] [--budget 150s] [--prior very-wide] [--resample 0.25]
                                     [--margin 2] [--progress-margin 3] [--ready 1]
                                     [--strategies tournament pbt generational random]
 
@@ -65,7 +65,7 @@ def run(strategy: str, seed: int, budget: str, resample: float, margin: float, p
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--budget", default="90s")
+    parser.add_argument("--budget", default="150s")
     parser.add_argument("--resample", type=float, default=0.25,
                         help="tournament.resample_probability: chance a child redraws a perturbed one from its prior")
     parser.add_argument("--margin", type=float, default=2.0,
