@@ -161,9 +161,10 @@ class Tournament:
         self.first_segments: dict[str, tuple[float, float]] = {
             group: (float(score), float(stderr)) for group, (score, stderr) in state.get("first_segments", {}).items()}
         """Per group, the best first segment of a fresh line: (score, standard error); see progress_margin."""
-        for entry in self.board:  # a state saved before first segments were kept: the board's stand in
-            if int(entry.get("generation", 1)) == 0:
-                self._note_first_segment(entry["group"], entry["score"], entry.get("score_stderr", 0.0))
+        if "first_segments" not in state:  # a state saved before they were kept: the board's stand in
+            for entry in self.board:
+                if int(entry.get("generation", 1)) == 0:
+                    self._note_first_segment(entry["group"], entry["score"], entry.get("score_stderr", 0.0))
         self.slots = 0
         self.running = 0  # segments training now (kept, not counted, since it is asked twice per event)
         self.stopped: str | None = None
