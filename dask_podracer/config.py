@@ -275,7 +275,8 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
     unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups"})
     if unknown:
-        raise ConfigError(f"unknown section {unknown[0]!r} (known: {', '.join([*_SECTIONS, 'hparams', 'search', 'groups'])})")
+        known = ", ".join([*_SECTIONS, "hparams", "search", "groups"])
+        raise ConfigError(f"unknown section {unknown[0]!r} (known: {known})")
     sections = {}
     for name, cls in _SECTIONS.items():
         raw = _table(data.get(name, {}), name)
@@ -422,7 +423,7 @@ def _require(ok: bool, field: str, allowed: str, got: Any) -> None:
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 
 
-def parse_duration(text: str | float | int, field: str = "duration") -> float:
+def parse_duration(text: str | float, field: str = "duration") -> float:
     """Seconds in "90s", "10m", "1h30m", "45" (plain seconds); a ConfigError otherwise."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         seconds = float(text)

@@ -287,10 +287,10 @@ BAD_KEYS = ["", "a/b", "..", ".", "zarr.json", "__x", "a b", "ü", "x" * 201]
 def test_bad_keys_are_refused(store: PodracerStore) -> None:
     for key in BAD_KEYS:
         for call in (
-            lambda: store.save_checkpoint(key, {"w": np.ones(1)}, {}),
-            lambda: store.load_checkpoint(key),
-            lambda: store.has_checkpoint(key),
-            lambda: store.checkpoint_attrs(key),
+            lambda key=key: store.save_checkpoint(key, {"w": np.ones(1)}, {}),
+            lambda key=key: store.load_checkpoint(key),
+            lambda key=key: store.has_checkpoint(key),
+            lambda key=key: store.checkpoint_attrs(key),
         ):
             with pytest.raises(ValueError, match="invalid checkpoint key") as err:
                 call()

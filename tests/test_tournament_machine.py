@@ -179,9 +179,9 @@ def softmax_picks(temperature, draws=30):
 
 
 def test_softmax_selection_follows_the_scores():
-    cold, picks = softmax_picks(0.05)
+    _, picks = softmax_picks(0.05)
     assert set(picks) == {"k1"}  # a cold softmax over standardised scores takes the best
-    hot, picks = softmax_picks(100.0)
+    _, picks = softmax_picks(100.0)
     assert {"k0", "k1"} == set(picks)  # a hot one picks both
     m = make(selection="softmax", softmax_temperature=0.05, select_from_top=2, leaderboard_size=4)
     H = dict(m.config.hparams)
@@ -297,7 +297,8 @@ def test_random_search_never_adopts_and_draws_from_the_prior():
     assert first == [train(1, a, a, hparams=drawn[a]) for a in range(3)]
     assert len({h["actor_lr"] for h in drawn}) == 3 and all(1e-4 <= h["actor_lr"] <= 1e-2 for h in drawn)
     assert all(tuple(h["hidden"]) in {(32, 32), (64, 64)} for h in drawn)
-    again = make("random", search={"actor_lr": {"log_uniform": [1e-4, 1e-2]}, "hidden": {"choice": [[32, 32], [64, 64]]}})
+    again = make("random", search={"actor_lr": {"log_uniform": [1e-4, 1e-2]},
+                                   "hidden": {"choice": [[32, 32], [64, 64]]}})
     assert again.handle(CapacityChanged(3)) == first  # the same seed draws the same agents
     finished(m, 1, -200.0)
     assert finished(m, 0, -1500.0) == [Promote(3, "k0", 1), train(3, 0, 4, "k0", 1, drawn[0])]
