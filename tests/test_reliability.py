@@ -196,3 +196,22 @@ def test_a_tls_secured_cluster_through_the_cli(tmp_path):
                              capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "stopped: max_segments" in run.stdout and len(PodracerStore(tmp_path / "tls.zarr").read_history()) == 2
+
+
+def test_an_unguarded_script_gets_the_main_guard_named_not_a_multiprocessing_trace(tmp_path):
+    # Worker processes re-import the script that starts the embedded cluster, so a script
+    # without `if __name__ == "__main__":` starts it again in each of them.
+    config = {"run": {"env": "Pendulum-v1", "algorithm": "sac", "store": str(tmp_path / "u.zarr")},
+              "cluster": {"workers": 1, "dashboard_address": "127.0.0.1:0"}}
+    script = tmp_path / "unguarded.py"
+    script.write_text("from dask_podracer.config import config_from_dict\n"
+                      "from dask_podracer.population import run_tournament\n"
+                      f"run_tournament(config_from_dict({config!r}))\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1
+    assert last.startswith("dask_podracer.population.cluster.ClusterError: the embedded LocalCluster's worker")
+    assert 'a script must make the call under `if __name__ == "__main__":`' in last
+    # the worker process said so too, before multiprocessing could fail in its own words
+    assert "ClusterError: an embedded LocalCluster cannot start while a worker imports the script" in run.stderr
+    assert not (tmp_path / "u.zarr").exists()  # nothing was stored

@@ -145,3 +145,19 @@ def test_the_crontab_line_schedules_a_valid_resume_that_ends_before_the_next():
 def test_workflow_scripts_answer_help(name):
     run = script(name, "--help", timeout=60)
     assert run.returncode == 0 and "usage:" in run.stdout
+
+
+def test_the_readme_python_example_runs_as_a_script(tmp_path):
+    # README's block as written, in a directory whose workflows/configs/pendulum.toml is a tiny run
+    block = re.search(r"From Python.*?```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    (tmp_path / "workflows" / "configs").mkdir(parents=True)
+    tiny = TINY_TOML.replace('name = "wf"', 'name = "pendulum"')
+    (tmp_path / "workflows" / "configs" / "pendulum.toml").write_text(
+        tiny + '[cluster]\nworkers = 1\ndashboard_address = "127.0.0.1:0"\n')
+    (tmp_path / "example.py").write_text(block)
+    run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    best, stop_reason = run.stdout.split()
+    assert float(best) < 0 and stop_reason == "max_segments"
+    assert len(PodracerStore(tmp_path / "runs" / "pendulum.zarr").read_history()) == 2  # the config's store, here

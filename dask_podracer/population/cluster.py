@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 
 import torch
 from distributed import Client, LocalCluster
@@ -23,6 +24,10 @@ CPU = "CPU"
 
 class ClusterError(RuntimeError):
     """The cluster cannot run segments (no workers, or none with the needed resources)."""
+
+
+MAIN_GUARD = ('its worker processes re-import the script that started them, so a script must make the call under '
+              '`if __name__ == "__main__":`')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,23 +46,41 @@ def embedded_cluster(config: ClusterConfig) -> LocalCluster:
     """
     import dask
 
+    if _reimporting_main():
+        # A worker process of the embedded cluster is running the user's unguarded script
+        # again; starting a cluster from here fails deep inside multiprocessing instead.
+        raise ClusterError(f"an embedded LocalCluster cannot start while a worker imports the script: {MAIN_GUARD}")
     gpus = torch.cuda.device_count()
     if gpus:
         workers, resources = config.workers or gpus, {GPU: 1}
     else:
         workers, resources = config.workers or (os.cpu_count() or 1), {CPU: config.threads_per_worker}
     preload = [*dask.config.get("distributed.scheduler.preload", []), "dask_podracer.population.dashboard_preload"]
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=config.threads_per_worker,
-        processes=True,
-        host="127.0.0.1",
-        scheduler_port=0,
-        dashboard_address=config.dashboard_address,
-        resources=resources,
-        silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
-        scheduler_kwargs={"preload": preload},
-    )
+    try:
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=config.threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            scheduler_port=0,
+            dashboard_address=config.dashboard_address,
+            resources=resources,
+            silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
+            scheduler_kwargs={"preload": preload},
+        )
+    except RuntimeError as e:  # distributed says only "Nanny failed to start."
+        raise ClusterError(f"the embedded LocalCluster's worker processes did not start ({e}); "
+                           f"if it was started from a script: {MAIN_GUARD}") from e
+
+
+def _reimporting_main() -> bool:
+    """Whether this call comes from a script that multiprocessing is importing as `__mp_main__`."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def cluster_slots(client: Client, wait_seconds: float = 60.0, resource: dict[str, float] | None = None,
