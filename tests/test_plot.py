@@ -35,6 +35,22 @@ def test_cli_writes_a_standalone_html_page(tmp_path):
     assert bad.returncode == 2 and "must end in .html or .png" in bad.stderr
 
 
+def test_cli_writes_both_curves_as_a_png(tmp_path):
+    from matplotlib.image import imread
+
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    store.extend_history(HISTORY)
+    out = tmp_path / "curves.png"
+    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "plot", store.url, "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"wrote {out}"
+    image = imread(out)
+    assert image.shape[:2] == (450, 1200)  # two panels side by side, 12 x 4.5 inches at 100 dpi
+    rgb = image[..., :3]
+    assert ((rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.3).sum() > 200  # the agents' coloured points and lines
+
+
 def test_the_live_page_draws_one_colour_per_agent_and_the_best_so_far():
     from dask_podracer.dashboard.live import curve_columns
 

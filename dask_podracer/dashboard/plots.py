@@ -76,13 +76,12 @@ def _bokeh(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> No
 
 def _matplotlib(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # A Figure without pyplot draws with no GUI and leaves the caller's backend (a notebook's) alone.
+        from matplotlib.figure import Figure
     except ImportError:
         raise ValueError("writing PNG needs matplotlib (pip install matplotlib), or write .html") from None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.5))
+    axes = fig.subplots(1, 2)
     for ax, (x, label) in zip(axes, (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps"))):
         for name, line in sorted(data.items()):
             style = {"color": "black", "linewidth": 2.5} if name == "best" else {"marker": "o", "alpha": 0.6}
@@ -93,4 +92,3 @@ def _matplotlib(data: dict[str, dict[str, list[float]]], out: Path, title: str) 
     axes[1].legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    plt.close(fig)
