@@ -73,9 +73,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _train(args: argparse.Namespace) -> int:
     # Imports here, not at the top, so `podracer --help` answers without loading torch and dask.
-    from dask_podracer.config import ConfigError, load_config
+    from dask_podracer.config import ConfigError, load_config, parse_duration
 
     try:
+        if args.budget is not None:
+            parse_duration(args.budget, "--budget")  # named as the user wrote it, not as run.budget
         config = load_config(args.config)
         overrides = {k: v for k, v in {"store": args.store, "budget": args.budget}.items() if v is not None}
         if overrides:
