@@ -52,8 +52,7 @@ def free_port() -> int:
 def start_cluster(workers: int, scratch: Path) -> tuple[str, list[subprocess.Popen]]:
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    bin_dir = Path(sys.executable).parent
-    dask = [str(bin_dir / "dask")] if (bin_dir / "dask").exists() else [sys.executable, "-m", "distributed.cli.dask"]
+    dask = [sys.executable, "-m", "dask"]  # this interpreter's dask, with or without a `dask` script on PATH
     procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--dashboard-address", "127.0.0.1:0"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)]
