@@ -23,6 +23,15 @@ def test_shipped_config_loads_with_every_hparam_filled_in():
     assert config.store_url == "runs/pendulum.zarr"
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "workflows" / "configs").glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads_and_builds_its_env_and_agents(path):
+    from dask_podracer.population import check_constructs
+
+    config = load_config(path)
+    check_constructs(config)  # what `podracer train` does before it starts a cluster
+    assert config.store_url == f"runs/{config.run.name}.zarr" and config.run.budget_seconds > 0
+
+
 def test_defaults_and_aliases():
     config = config_from_dict({"run": {"env": "Pendulum", "algorithm": "ppo"}}, default_name="mine")
     assert config.run.env == "Pendulum-v1"  # checkpoints record the canonical name
