@@ -115,7 +115,7 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
 
     try:
         check_constructs(config)
-    except ValueError as e:
+    except (ValueError, ImportError) as e:  # e.g. a MuJoCo env without the mujoco extra
         raise UserError(f"{config.source}: {e}") from None
     budget = config.run.budget_seconds
     printer = None if quiet else _progress_printer(budget)

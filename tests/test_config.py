@@ -100,6 +100,7 @@ def _cli(*args, cwd):
     ('[run]\nenv = "CartPole-v9"\nalgorithm = "sac"\n', "run.env must be one of"),
     ('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\n[hparams]\nbatch_size = -1\n', "hparams.batch_size must be"),
     ('[run\nenv = ', "not valid TOML"),
+    ('[run]\nenv = "gym:Foo-v0"\nalgorithm = "sac"\n', "gym:Foo-v0: Environment `Foo` doesn't exist"),
 ])
 def test_cli_refuses_bad_configs_in_one_line_and_touches_no_store(tmp_path, toml, message):
     config = tmp_path / "bad.toml"

@@ -111,3 +111,19 @@ def test_ant_in_worker_processes_matches_ant_in_process():
         return torch.stack(obs)
 
     assert torch.equal(trace("sync"), trace("async"))
+
+
+def test_an_unknown_id_and_a_missing_mujoco_are_named_in_one_line():
+    import subprocess
+    import sys
+
+    with pytest.raises(ValueError, match=r"^gym:Foo-v0: Environment `Foo` doesn't exist"):
+        make_vec_env("gym:Foo-v0", 1)
+    # MuJoCo's absence, as gymnasium meets it (an import that fails), in a fresh interpreter
+    code = ("import sys; sys.modules['mujoco'] = None\n"
+            "from dask_podracer.envs import make_vec_env\n"
+            "try:\n    make_vec_env('gym:HalfCheetah-v5', 1)\n"
+            "except ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.startswith("gym:HalfCheetah-v5 cannot be made here: MuJoCo is not installed")
+    assert out.rstrip().endswith("(MuJoCo ids: pip install 'dask-podracer[mujoco]')")

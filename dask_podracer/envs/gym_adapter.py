@@ -34,8 +34,14 @@ class GymVecEnv:
         self.num_envs = int(num_envs)
         self.device = canonical_device(device)
         self._seed = seed
-        self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
-                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
+        try:
+            self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
+                                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
+        except gym.error.DependencyNotInstalled as e:
+            extra = " (MuJoCo ids: pip install 'dask-podracer[mujoco]')" if "mujoco" in str(e).lower() else ""
+            raise ImportError(f"{PREFIX}{env_id} cannot be made here: {e}{extra}") from e
+        except gym.error.Error as e:  # an unknown id or version, a bad keyword
+            raise ValueError(f"{PREFIX}{env_id}: {e}") from e
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
         # A `max_episode_steps` kwarg overrides the registered limit, as in gymnasium.make. Envs

@@ -48,9 +48,12 @@ class WarpAntVecEnv(TorchVecEnv):
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  nconmax: int | None = None, njmax: int | None = None) -> None:
-        import mujoco
-        import mujoco_warp as mjw
-        import warp as wp
+        try:
+            import mujoco
+            import mujoco_warp as mjw
+            import warp as wp
+        except ImportError as e:
+            raise ImportError(f"WarpAnt-v0 needs MuJoCo Warp: pip install 'dask-podracer[warp]' ({e})") from e
 
         super().__init__(num_envs, device, seed, torch.float32)  # Warp's MuJoCo computes in float32
         self._mjw, self._wp = mjw, wp
