@@ -127,3 +127,17 @@ def test_an_unknown_id_and_a_missing_mujoco_are_named_in_one_line():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.startswith("gym:HalfCheetah-v5 cannot be made here: MuJoCo is not installed")
     assert out.rstrip().endswith("(MuJoCo ids: pip install 'dask-podracer[mujoco]')")
+
+
+def test_mujoco_warnings_are_shown_once_and_leave_no_log_file(tmp_path):
+    import subprocess
+    import sys
+
+    # gymnasium's HalfCheetah model uses an attribute MuJoCo 4 deprecates: a warning at every compile
+    code = ("from dask_podracer.envs import make_vec_env\n"
+            "for _ in range(3):\n    make_vec_env('gym:HalfCheetah-v5', 2, seed=0).reset()\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert "settotalmass" not in run.stdout  # MuJoCo's own handler prints every one
+    assert run.stderr.count("UserWarning: MuJoCo: compiler attribute 'settotalmass' is deprecated") == 1
+    assert list(tmp_path.iterdir()) == []  # and appends it to ./MUJOCO_LOG.TXT
