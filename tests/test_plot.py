@@ -20,29 +20,34 @@ def test_curves_per_agent_and_best_so_far():
     assert series["best"]["score"] == [-1200.0, -900.0, -900.0]
 
 
-def test_cli_writes_a_standalone_html_page(tmp_path):
+def _plot(store_url: str, out) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dask_podracer.cli", "plot", store_url, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _store_with_history(tmp_path) -> PodracerStore:
     store = PodracerStore(tmp_path / "s.zarr", create=True)
     store.extend_history(HISTORY)
+    return store
+
+
+def test_cli_writes_a_standalone_html_page(tmp_path):
+    store = _store_with_history(tmp_path)
     out = tmp_path / "curves.html"
-    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "plot", store.url, "--out", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    run = _plot(store.url, out)
     assert run.returncode == 0, run.stderr
     page = out.read_text()
     assert "episodic reward vs wall-clock seconds" in page and "episodic reward vs env steps" in page
     assert "cdn.bokeh.org" not in page  # inline resources: opens without a network
-    bad = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "plot", store.url, "--out", "x.svg"],
-                         capture_output=True, text=True, timeout=120)
+    bad = _plot(store.url, "x.svg")
     assert bad.returncode == 2 and "must end in .html or .png" in bad.stderr
 
 
 def test_cli_writes_both_curves_as_a_png(tmp_path):
     from matplotlib.image import imread
 
-    store = PodracerStore(tmp_path / "s.zarr", create=True)
-    store.extend_history(HISTORY)
     out = tmp_path / "curves.png"
-    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "plot", store.url, "--out", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    run = _plot(_store_with_history(tmp_path).url, out)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"wrote {out}"
     image = imread(out)

@@ -36,7 +36,8 @@ class GymVecEnv:
         self.device = canonical_device(device)
         self._seed = seed
         try:
-            if "mujoco" in str(gym.spec(env_id).entry_point):
+            spec = gym.spec(env_id)
+            if "mujoco" in str(spec.entry_point):
                 relay_mujoco_warnings()
             self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
@@ -49,7 +50,7 @@ class GymVecEnv:
         self.single_action_space = self.env.single_action_space
         # A `max_episode_steps` kwarg overrides the registered limit, as in gymnasium.make. Envs
         # without a time limit get none from us either; a huge number keeps the attribute an int.
-        limit = env_kwargs.get("max_episode_steps") or gym.spec(env_id).max_episode_steps
+        limit = env_kwargs.get("max_episode_steps") or spec.max_episode_steps
         self.max_episode_steps = int(limit or 2**31 - 1)
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self._episode_return = np.zeros(self.num_envs, dtype=np.float64)
