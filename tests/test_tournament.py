@@ -137,3 +137,17 @@ def test_cli_says_clearly_when_the_scheduler_cannot_be_reached(tmp_path):
                           "--scheduler", "tcp://127.0.0.1:9"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in run.stderr
     assert "Traceback" not in run.stderr and not store.exists()
+
+
+def test_segments_on_nanny_workers_lift_the_nannys_malloc_freeze(client, tmp_path):
+    # Dask's nanny spawns workers with MALLOC_TRIM_THRESHOLD_ set, which froze glibc's mmap threshold
+    # and made every SAC update ~1.7x slower (docs/benchmarks.md); the segment lifts it in its process.
+    run_tournament(tiny_config(tmp_path / "t.zarr", max_segments=2), client)
+
+    def worker_malloc_state():
+        import os
+
+        from dask_podracer.train import host_memory
+        return "MALLOC_TRIM_THRESHOLD_" in os.environ, host_memory._restored
+
+    assert set(client.run(worker_malloc_state).values()) == {(True, True)}

@@ -16,6 +16,7 @@ from dask_podracer.agents import Agent, algorithm_info, finish_training, make_ag
 from dask_podracer.envs import make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train.evaluate import episode_returns
+from dask_podracer.train.host_memory import restore_malloc_thresholds
 from dask_podracer.train.spec import SegmentResult, SegmentSpec
 from dask_podracer.train.state import flatten_state, unflatten_state
 
@@ -33,6 +34,7 @@ def resolve_device(device: str) -> torch.device:
 def run_segment(spec: SegmentSpec) -> SegmentResult:
     """Train `spec.algorithm` on `spec.env` from `spec.parent` (or fresh) and save under `spec.key`."""
     torch.set_num_threads(max(1, spec.torch_threads))
+    restore_malloc_thresholds()  # a Dask nanny's worker: see host_memory.py
     device = resolve_device(spec.device)
     torch.manual_seed(spec.seed)
     store = PodracerStore(spec.store_url)
