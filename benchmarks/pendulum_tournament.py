@@ -39,7 +39,7 @@ def main() -> None:
         reached = summary.stop_reason == "target"
         if reached:
             times.append(summary.wall_seconds)
-        print(f"{seed:>4} {str(reached):>8} {summary.best_score:>8.1f} {summary.wall_seconds:>11.1f} "
+        print(f"{seed:>4} {reached!s:>8} {summary.best_score:>8.1f} {summary.wall_seconds:>11.1f} "
               f"{summary.env_steps:>9,} {summary.segments_completed:>8} {total:>8.1f}", flush=True)
     if times:
         print(f"reached the target in {len(times)}/{len(args.seeds)} runs; median {statistics.median(times):.1f} s, "
