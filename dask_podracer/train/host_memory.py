@@ -7,10 +7,10 @@ threshold, which otherwise rises to fit a program's large allocations. It stays 
 every tensor of 128 KiB or more (one 256x256 float32 activation is 256 KiB) becomes an mmap and
 a munmap, with all its pages faulted in and zeroed again, at every layer of every update. On
 machine A one SAC update (256x256 networks, batch 256, one thread) took 7.2 ms in a plain
-process and 12.0 ms under that variable; `benchmarks/malloc_thresholds.py` measures it.
+process and 12.5 ms under that variable; `benchmarks/malloc_thresholds.py` measures it.
 
 `restore_malloc_thresholds` sets both thresholds to the ceilings glibc's dynamic rule would reach
-on a 64-bit machine (mmap 32 MiB, trim twice that), which brings the update back to 7.0 ms. A
+on a 64-bit machine (mmap 32 MiB, trim twice that), which brings the update back to 7.1 ms. A
 segment calls it first thing, as it sets torch's thread count: both are settings of the
 worker process the segment runs in. A process whose environment sets `MALLOC_MMAP_THRESHOLD_`
 has chosen its own and is left alone, and so is one with no threshold set (glibc's dynamic rule
