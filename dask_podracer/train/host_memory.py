@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Mapping
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -33,7 +34,7 @@ TUNING_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MA
 _restored = False
 
 
-def restore_malloc_thresholds(environ: dict[str, str] | None = None) -> bool:
+def restore_malloc_thresholds(environ: Mapping[str, str] | None = None) -> bool:
     """Raise glibc's mmap and trim thresholds where the environment froze them; True if this call did.
 
     Idempotent; does nothing off Linux, off glibc, or where `MALLOC_MMAP_THRESHOLD_` is set.
