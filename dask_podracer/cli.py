@@ -110,13 +110,17 @@ def _tls_files(args: argparse.Namespace):
 
 
 def _run(config, scheduler: str | None, quiet: bool, tls=None):
-    from dask_podracer.population import ClusterError, check_constructs, connect, embedded_client, run_tournament
+    from dask_podracer.population import (ClusterError, check_constructs, check_store_fits, connect, embedded_client,
+                                          run_tournament)
     from dask_podracer.store import StoreError
 
     try:
         check_constructs(config)
+        check_store_fits(config)  # before the cluster starts
     except (ValueError, ImportError) as e:  # e.g. a MuJoCo env without the mujoco extra
         raise UserError(f"{config.source}: {e}") from None
+    except StoreError as e:
+        raise UserError(str(e)) from None
     budget = config.run.budget_seconds
     printer = None if quiet else _progress_printer(budget)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_podracer.config import ClusterConfig, config_from_dict
+from dask_podracer.config import ClusterConfig, ConfigError, config_from_dict
 from dask_podracer.population import ClusterError, embedded_client, run_tournament
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentSpec, load_agent, run_segment
@@ -43,6 +43,31 @@ def test_segments_on_a_device_the_workers_lack_are_refused_before_any_segment(cl
     with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot use segment.device 'cuda:99'"):
         run_tournament(tiny(tmp_path / "d.zarr", {"segment": {**TINY["segment"], "device": "cuda:99"}}), client)
     assert not PodracerStore(tmp_path / "d.zarr").read_history()
+
+
+def test_a_store_is_resumed_only_by_a_config_that_can_continue_it(client, tmp_path):
+    store_path = tmp_path / "fit.zarr"
+    run_tournament(tiny(store_path, max_segments=2), client)
+    store = PodracerStore(store_path)
+    before = (store.read_leaderboard(), store.read_history(), store.read_run_state())
+    assert before[2]["env"] == "Pendulum-v1"
+    other_env = tiny(store_path, max_segments=2, env="PointChase-v0")
+    with pytest.raises(ConfigError, match=r"holds a tournament on 'Pendulum-v1', and run.env is 'PointChase-v0'"):
+        run_tournament(other_env, client)
+    other_group = tiny(store_path, max_segments=2, algorithm="td3")
+    with pytest.raises(ConfigError, match=r"holds agents of group 'sac', which this config does not declare "
+                                          r"\(its groups: td3\)"):
+        run_tournament(other_group, client)
+    renamed = config_from_dict({"segment": TINY["segment"], "run": {"env": "Pendulum-v1", "budget": "3m", "store": str(store_path)},
+                                "groups": [{"name": "sac", "algorithm": "td3", "hparams": TINY["hparams"]}]})
+    with pytest.raises(ConfigError, match=r"holds sac agents in group 'sac', and this config makes 'sac' td3"):
+        run_tournament(renamed, client)
+    assert (store.read_leaderboard(), store.read_history(), store.read_run_state()) == before  # nothing ran
+    # a store written before the run state recorded its env: the leaderboard's entries tell it
+    store.write_run_state({k: v for k, v in before[2].items() if k != "env"})
+    with pytest.raises(ConfigError, match=r"holds a tournament on 'Pendulum-v1'"):
+        run_tournament(other_env, client)
+    assert run_tournament(tiny(store_path, max_segments=1), client).segments_completed == 1  # its own config resumes
 
 
 def test_a_segment_whose_worker_keeps_dying_is_retried_then_failed_and_the_run_goes_on(tmp_path):

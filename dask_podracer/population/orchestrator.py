@@ -23,7 +23,7 @@ from distributed.comm.core import CommClosedError
 from dask_podracer.config import Config
 from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots
 from dask_podracer.population.connect import embedded_client
-from dask_podracer.population.preflight import check_constructs, check_resources, check_workers
+from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
@@ -95,6 +95,7 @@ def run_tournament(config: Config, client: Client | None = None,
     sleeps); `poll_seconds` is how often the cluster's capacity and the budget are checked.
     """
     check_constructs(config)
+    check_store_fits(config)  # before a cluster starts: a mismatch needs none to be found
     with _client_for(config, client) as active:
         slots = cluster_slots(active, requested=config.cluster.resource)
         check_resources(active, slots, config.cluster.resource)  # before the store is created
@@ -332,7 +333,7 @@ class _Loop:
             return
         self.state_written = self.flushed
         self.store.write_run_state({
-            "machine": self.machine.to_state(), "invocations": self.invocations,
+            "env": self.config.run.env, "machine": self.machine.to_state(), "invocations": self.invocations,
             "wall_seconds": self.wall_offset + self._elapsed(),
             "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,
             "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},

@@ -1,8 +1,9 @@
 """Preflight: everything that can be checked before the first segment is submitted.
 
-The config constructs (env and agents, on the client and on every worker), the store is
-reachable from every worker, and the cluster offers the resource segments ask for. Each
-failure is one line naming the worker, the store or the resource.
+The config constructs (env and agents, on the client and on every worker), a store that
+already holds a tournament holds one this config can continue, the store is reachable
+from every worker, and the cluster offers the resource segments ask for. Each failure
+is one line naming the worker, the store, the group or the resource.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 from distributed import Client
 
 from dask_podracer.agents import make_agent
-from dask_podracer.config import Config
+from dask_podracer.config import Config, ConfigError
 from dask_podracer.envs import make_vec_env
 from dask_podracer.population.cluster import ClusterError, Slots
-from dask_podracer.store import StoreError
+from dask_podracer.store import PodracerStore, StoreError
 
 
 def check_constructs(config: Config) -> None:
@@ -21,6 +22,36 @@ def check_constructs(config: Config) -> None:
     env = make_vec_env(config.run.env, 1, device="cpu")
     for group in config.groups:
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+def check_store_fits(config: Config) -> None:
+    """Refuse to resume a store's tournament with a config that cannot continue it, before anything runs.
+
+    Its checkpoints were trained on one env, by agents of named groups: a config for another env, or
+    one that lacks a group its agents or entries belong to (or gives that group another algorithm),
+    would fail every segment that starts from them. The store is only read.
+    """
+    url = config.store_url
+    if not PodracerStore.exists(url):
+        return
+    store = PodracerStore(url)
+    board, state = store.read_leaderboard(), store.read_run_state()
+    recorded = state.get("env") or next((e["env"] for e in board if e.get("env")), None)
+    again = "resume it with the config that started it, or give another store (--store)"
+    if recorded is not None and recorded != config.run.env:
+        raise ConfigError(f"store '{url}' holds a tournament on {recorded!r}, and run.env is "
+                          f"{config.run.env!r}: {again}")
+    algorithms = {g.name: g.algorithm for g in config.groups}
+    stored = {e["group"]: e.get("algorithm") for e in board if e.get("group")}
+    for agent in (state.get("machine") or {}).get("agents", []):
+        stored.setdefault(agent["group"], None)
+    for group, algorithm in sorted(stored.items()):
+        if group not in algorithms:
+            raise ConfigError(f"store '{url}' holds agents of group {group!r}, which this config does not declare "
+                              f"(its groups: {', '.join(sorted(algorithms))}): {again}")
+        if algorithm is not None and algorithm != algorithms[group]:
+            raise ConfigError(f"store '{url}' holds {algorithm} agents in group {group!r}, and this config makes "
+                              f"{group!r} {algorithms[group]}: {again}")
 
 
 def check_resources(client: Client, slots: Slots, requested: str) -> None:
