@@ -1,9 +1,10 @@
-"""`podracer`: train a tournament, show a store's leaderboard. A thin front over the library."""
+"""`podracer`: train a tournament, show a store's leaderboard, check an env. A thin front over the library."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ class UserError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    import_from_working_directory()
     try:
         return args.func(args)
     except UserError as e:
@@ -27,6 +29,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("podracer: interrupted; the store keeps everything recorded so far", file=sys.stderr)
         return 130
+
+
+def import_from_working_directory() -> None:
+    """Let an env named by import path ("my_envs:Arm") come from the directory `podracer` runs in, as with
+    `python -m`: a console script's own directory is first on sys.path, not this one. The embedded
+    cluster's worker processes start with this sys.path."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("store", metavar="STORE", help="Zarr store path or URL")
     lineage.add_argument("key", metavar="KEY", help="a checkpoint key, e.g. from `podracer leaderboard`")
     lineage.set_defaults(func=_lineage)
+
+    check = commands.add_parser("check-env", help="check that an env keeps the VecEnv contract", description=(
+        "Build an env (a name, or the env and env_kwargs of a TOML config) and step it with random actions "
+        "through the checks of dask_podracer.envs.check_vec_env: spaces, shapes, dtypes, device, seeding, "
+        "auto-reset and final observations. Exit 0 when it passes, 1 when a check fails."))
+    check.add_argument("env", metavar="ENV_OR_CONFIG",
+                       help="an env name (Pendulum-v1, gym:Hopper-v5, my_envs:Arm) or a config file (.toml)")
+    check.add_argument("--env-kwargs", metavar="JSON", help="keyword arguments of the env, as a JSON object")
+    check.add_argument("--num-envs", type=int, default=8, help="envs in the batch (default 8)")
+    check.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    check.add_argument("--seed", type=int, default=0, help="seed of the env and the random actions")
+    check.add_argument("--max-steps", type=int, default=0,
+                       help="steps to check (default: the time limit + 1, at most 10000)")
+    check.set_defaults(func=_check_env)
     return parser
 
 
@@ -110,14 +135,20 @@ def _tls_files(args: argparse.Namespace):
 
 
 def _run(config, scheduler: str | None, quiet: bool, tls=None):
-    from dask_podracer.population import (ClusterError, check_constructs, check_store_fits, connect, embedded_client,
-                                          run_tournament)
+    from dask_podracer.population import (
+        ClusterError,
+        check_constructs,
+        check_store_fits,
+        connect,
+        embedded_client,
+        run_tournament,
+    )
     from dask_podracer.store import StoreError
 
     try:
         check_constructs(config)
         check_store_fits(config)  # before the cluster starts
-    except (ValueError, ImportError) as e:  # e.g. a MuJoCo env without the mujoco extra
+    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
         raise UserError(f"{config.source}: {e}") from None
     except StoreError as e:
         raise UserError(str(e)) from None
@@ -187,6 +218,54 @@ def _lineage(args: argparse.Namespace) -> int:
     except (StoreError, KeyError) as e:
         raise UserError(str(e).strip('"')) from None
     return 0
+
+
+def _check_env(args: argparse.Namespace) -> int:
+    from dask_podracer.config import ConfigError, load_config
+    from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
+
+    name, kwargs = args.env, {}
+    try:
+        if name.endswith(".toml"):
+            run = load_config(name).run
+            name, kwargs = run.env, run.env_kwargs
+        if args.env_kwargs:
+            kwargs = {**kwargs, **_json_object(args.env_kwargs, "--env-kwargs")}
+        if args.num_envs < 1:
+            raise UserError(f"--num-envs must be >= 1, got {args.num_envs}")
+        env = make_vec_env(name, args.num_envs, device=args.device, seed=args.seed, **kwargs)
+    except (ConfigError, ValueError, ImportError, TypeError, RuntimeError) as e:
+        raise UserError(str(e) if repr(name) in str(e) else f"cannot build env {name!r}: {e}") from None
+    limit = args.max_steps or min(env.max_episode_steps + 1, CHECK_STEPS)
+    try:
+        report = check_vec_env(env, seed=args.seed, max_steps=limit)
+    except VecEnvCheckError as e:
+        print(f"podracer: check-env: {name} breaks the VecEnv contract: {e}", file=sys.stderr)
+        return 1
+    finally:
+        env.close()
+    print(f"{name}: keeps the VecEnv contract ({env.num_envs} envs on {env.device}, {report.steps:,} steps, "
+          f"{report.terminations:,} terminations, {report.truncations:,} truncations)")
+    print(f"  observation {env.single_observation_space}, action {env.single_action_space}, "
+          f"max_episode_steps {env.max_episode_steps}")
+    if report.terminations + report.truncations == 0:
+        print(f"  no episode ended within {report.steps:,} steps: auto-reset was not checked "
+              f"(raise --max-steps past the time limit)")
+    return 0
+
+
+CHECK_STEPS = 10_000
+"""What `check-env` steps at most by default (an env without a time limit would step for ever)."""
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{option} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{option} must be a JSON object, got {text!r}")
+    return value
 
 
 def format_leaderboard(entries: Sequence[dict[str, Any]]) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
 from dask_podracer.envs import canonical_env_name, registered_envs
+from dask_podracer.envs.registry import IMPORT_PATH
 from dask_podracer.search import Prior, parse_prior, sample_hparams
 
 
@@ -30,7 +31,12 @@ class ConfigError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     env: str
-    """Env name, e.g. "Pendulum-v1" (see `dask_podracer.envs.registered_envs()`)."""
+    """Env name: a registered one such as "Pendulum-v1" (see `dask_podracer.envs.registered_envs()`), a
+    gymnasium id as "gym:<id>" (or "gym:<module>:<id>" to import the module that registers it), or your own
+    VecEnv class or factory as "<module>:<name>" (docs/envs.md, "Your own environment")."""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the env's constructor, e.g. `{ vectorization_mode = "async" }` for a gymnasium env
+    or your own env's parameters; checkpoints record them with the env's name."""
     algorithm: str | None = None
     """Algorithm name, e.g. "sac" or "ppo"; omit it when the config declares [[groups]]."""
     name: str = "tournament"
@@ -47,9 +53,16 @@ class RunConfig:
     """Seeds the generator and every segment (segment i uses a seed derived from it)."""
 
     def __post_init__(self) -> None:
-        _require(self.env in registered_envs() or self.env.startswith("gym:"), "run.env",
-                 f"one of {registered_envs()} or a gymnasium id as 'gym:<id>'", self.env)
-        object.__setattr__(self, "env", canonical_env_name(self.env))
+        _require(self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env)),
+                 "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv as "
+                 f"'<module>:<name>'", self.env)
+        try:
+            object.__setattr__(self, "env", canonical_env_name(self.env))
+        except (ValueError, ImportError, TypeError) as e:  # an import path that does not lead to a VecEnv
+            raise ConfigError(f"run.env: {e}") from None
+        _require(isinstance(self.env_kwargs, Mapping) and all(isinstance(k, str) for k in self.env_kwargs),
+                 "run.env_kwargs", "a table of keyword arguments", self.env_kwargs)
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         if self.algorithm is not None:
             _require(self.algorithm in registered_algorithms(), "run.algorithm",
                      f"one of {registered_algorithms()}", self.algorithm)

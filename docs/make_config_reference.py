@@ -35,7 +35,12 @@ def table(cls: type) -> list[str]:
     docs = field_docs(cls)
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
     for f in dataclasses.fields(cls):
-        default = "(required)" if f.default is dataclasses.MISSING else f"`{f.default!r}`"
+        if f.default is not dataclasses.MISSING:
+            default = f"`{f.default!r}`"
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f"`{f.default_factory()!r}`"
+        else:
+            default = "(required)"
         rows.append(f"| `{f.name}` | {default} | {docs.get(f.name, '')} |")
     return rows
 

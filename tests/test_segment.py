@@ -84,6 +84,19 @@ def test_parent_of_another_algorithm_or_env_is_refused(store):
         run_segment(spec(store, "b", parent="a", algorithm="ppo", hparams={}))
 
 
+def test_env_kwargs_build_the_env_are_recorded_and_must_match_the_parents(store):
+    pendulum = {"env": "gym:Pendulum-v1", "eval_episodes": 2}
+    run_segment(spec(store, "a", env_kwargs={"g": 4.0}, **pendulum))
+    assert store.checkpoint_attrs("a")["env_kwargs"] == {"g": 4.0}
+    agent = load_agent(store, "a", replay=False)  # rebuilds the env it needs from the attrs
+    assert agent.updates > 0
+    with pytest.raises(SegmentError, match=r"parent a trained on gym:Pendulum-v1 with env_kwargs \{'g': 4.0\}, "
+                                           r"not \{'g': 9.0\}"):
+        run_segment(spec(store, "b", parent="a", env_kwargs={"g": 9.0}, **pendulum))
+    child = run_segment(spec(store, "c", parent="a", env_kwargs={"g": 4.0}, **pendulum))
+    assert child.env_kwargs == {"g": 4.0} and child.total_env_steps == 200
+
+
 def test_a_segment_run_twice_returns_the_saved_result_without_training_again(store):
     first = run_segment(spec(store, "a"))
     again = run_segment(spec(store, "a"))  # e.g. Dask re-ran it after its worker died past the save

@@ -25,7 +25,8 @@ def report(store: PodracerStore, top: int, episodes: int, seed: int) -> list[dic
     rows = []
     for rank, entry in enumerate(store.read_leaderboard()[:top], 1):
         agent = load_agent(store, entry["key"], replay=False)  # evaluation only acts
-        env = make_vec_env(entry.get("env") or store.checkpoint_attrs(entry["key"])["env"], episodes, seed=seed)
+        attrs = store.checkpoint_attrs(entry["key"])
+        env = make_vec_env(attrs["env"], episodes, seed=seed, **attrs.get("env_kwargs", {}))
         fresh = evaluate(agent, env, seed=seed)
         rows.append({"rank": rank, "key": entry["key"], "algorithm": entry["algorithm"],
                      "leaderboard_score": entry["score"], "fresh_score": fresh, "env_steps": entry["env_steps"]})

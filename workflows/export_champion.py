@@ -54,18 +54,19 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         key = board[0]["key"]
     agent = load_agent(store, key, replay=False)  # a policy to act with: no buffer
     attrs = store.checkpoint_attrs(key)
-    env = make_vec_env(attrs["env"], 1)
+    env_kwargs = attrs.get("env_kwargs", {})
+    env = make_vec_env(attrs["env"], 1, **env_kwargs)
     example = torch.as_tensor(env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)
     policy = _Policy(agent).requires_grad_(False)  # a traced graph keeps no no_grad context: drop grads here
     scripted = torch.jit.trace(policy, example.repeat(4, 1), check_trace=False)
     out.mkdir(parents=True, exist_ok=True)
     scripted.save(str(out / "policy.pt"))
     card = {
-        "key": key, "env": attrs["env"], "algorithm": attrs["algorithm"], "score": attrs["score"],
+        "key": key, "env": attrs["env"], "env_kwargs": env_kwargs, "algorithm": attrs["algorithm"], "score": attrs["score"],
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
-        "evaluation": _evaluation(agent, attrs["env"], episodes, seed),
-        "gymnasium_evaluation": _gymnasium_evaluation(scripted, attrs["env"], episodes, seed),
+        "evaluation": _evaluation(agent, attrs["env"], episodes, seed, env_kwargs),
+        "gymnasium_evaluation": _gymnasium_evaluation(scripted, attrs["env"], episodes, seed, env_kwargs),
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
         "observation_shape": list(env.single_observation_space.shape),
         "action_space": str(env.single_action_space),
@@ -75,10 +76,10 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
 
 
 @torch.no_grad()
-def _evaluation(agent, env_name: str, episodes: int, seed: int) -> dict:
+def _evaluation(agent, env_name: str, episodes: int, seed: int, env_kwargs: dict) -> dict:
     """The deterministic evaluation the score comes from, with each episode's first observation and return,
     so it can be replayed without dask_podracer (e.g. in gymnasium from the same initial states)."""
-    env = make_vec_env(env_name, episodes, seed=seed)
+    env = make_vec_env(env_name, episodes, seed=seed, **env_kwargs)
     obs, _ = env.reset(seed=seed)
     first = obs.clone()
     returns = torch.zeros(episodes, dtype=torch.float64)
@@ -95,14 +96,21 @@ GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0",
 """Our torch envs that match a gymnasium env of the same id step for step (tests/test_envs*.py)."""
 
 
-def _gymnasium_evaluation(policy: torch.nn.Module, env_name: str, episodes: int, seed: int) -> dict | None:
-    """The exported policy in gymnasium's own env, seeds `seed`, `seed + 1`, ...: what replay_champion.py replays."""
-    env_id = env_name.removeprefix("gym:") if env_name.startswith("gym:") else env_name
-    if not (env_name.startswith("gym:") or env_name in GYMNASIUM_TWINS):
+def _gymnasium_evaluation(policy: torch.nn.Module, env_name: str, episodes: int, seed: int,
+                          env_kwargs: dict) -> dict | None:
+    """The exported policy in gymnasium's own env, seeds `seed`, `seed + 1`, ...: what replay_champion.py replays.
+    A gymnasium env gets the env's kwargs (but one vector env's: its vectorization mode); our twins take none."""
+    if env_name.startswith("gym:"):
+        env_id = env_name.removeprefix("gym:")
+        make_kwargs = {k: v for k, v in env_kwargs.items() if k != "vectorization_mode"}
+    elif env_name in GYMNASIUM_TWINS and not env_kwargs:
+        env_id, make_kwargs = env_name, {}
+    else:
         return None
     seeds = [seed + i for i in range(episodes)]
-    returns = play(policy, env_id, seeds)
-    return {"env_id": env_id, "seeds": seeds, "returns": returns, "score": sum(returns) / len(returns)}
+    returns = play(policy, env_id, seeds, make_kwargs)
+    return {"env_id": env_id, "env_kwargs": make_kwargs, "seeds": seeds, "returns": returns,
+            "score": sum(returns) / len(returns)}
 
 
 def _in_history(store: PodracerStore, key: str) -> bool:

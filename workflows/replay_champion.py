@@ -24,11 +24,12 @@ import torch
 
 
 @torch.no_grad()
-def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int]) -> list[float]:
-    """One deterministic episode of `env_id` per seed (`reset(seed=...)`), to its end; the returns."""
+def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int], env_kwargs: dict | None = None) -> list[float]:
+    """One deterministic episode of `env_id` (made with `env_kwargs`) per seed (`reset(seed=...)`), to its end;
+    the returns."""
     returns = []
     for seed in seeds:
-        env = gym.make(env_id)
+        env = gym.make(env_id, **(env_kwargs or {}))
         obs, _ = env.reset(seed=int(seed))
         total, done = 0.0, False
         while not done:
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay_champion: error: {card.get('env')} has no gymnasium twin; the card records no gymnasium "
               "evaluation to replay", file=sys.stderr)
         return 2
-    returns = play(torch.jit.load(str(folder / "policy.pt")), recorded["env_id"], recorded["seeds"])
+    returns = play(torch.jit.load(str(folder / "policy.pt")), recorded["env_id"], recorded["seeds"],
+                   recorded.get("env_kwargs"))
     score = float(np.mean(returns))
     same = returns == recorded["returns"]
     outcome = {"env_id": recorded["env_id"], "score": score, "card_score": recorded["score"], "reproduced": same,

@@ -1,7 +1,8 @@
 """Any gymnasium env as a VecEnv: `make_vec_env("gym:Ant-v5", num_envs, device=..., seed=...)`.
 
 gymnasium's `SyncVectorEnv` (one process) or `AsyncVectorEnv` (one process per env) does
-the stepping; this adapter moves arrays to torch tensors on the requested device and
+the stepping (an id may name the module that registers it, "gym:my_pkg.envs:Arm-v0", as
+`gymnasium.make` allows); this adapter moves arrays to torch tensors on the requested device and
 translates gymnasium's conventions to ours (a step that terminates at the time limit is
 terminated, not also truncated). We ask for SAME_STEP autoreset, so a finished
 env's obs is already the first of its next episode and gymnasium reports the true last obs
@@ -11,6 +12,7 @@ in `info["final_obs"]` (an object array, set only where done): we turn that into
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any
 
@@ -36,7 +38,7 @@ class GymVecEnv:
         self.device = canonical_device(device)
         self._seed = seed
         try:
-            spec = gym.spec(env_id)
+            spec = gym.spec(_import_registering_module(env_id))
             if "mujoco" in str(spec.entry_point):
                 relay_mujoco_warnings()
             self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
@@ -103,6 +105,20 @@ class GymVecEnv:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _import_registering_module(env_id: str) -> str:
+    """gymnasium's "<module>:<id>": import the module (which registers the id, as `gymnasium.make` would);
+    the bare id."""
+    if ":" not in env_id:
+        return env_id
+    module, _, bare = env_id.partition(":")
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{PREFIX}{env_id}: cannot import module {module!r}, which should register {bare!r} "
+                          f"({e}); it must be importable wherever segments run") from e
+    return bare
 
 
 def make_gym_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,

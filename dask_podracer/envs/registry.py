@@ -1,7 +1,17 @@
-"""Env names -> constructors, so a config can name an env and a worker can build it."""
+"""Env names -> constructors, so a config can name an env and a worker can build it.
+
+Three kinds of name: a registered one ("Pendulum-v1"), any gymnasium id as "gym:<id>"
+(gymnasium's own "gym:<module>:<id>" imports the module that registers it first), and
+your own VecEnv as "<module>:<name>", a class or factory taking `num_envs`, `device` and
+`seed` that a worker imports by that path. A checkpoint records the name, so whatever
+loads it later (a segment on another worker, `load_agent`, the workflows) builds the
+same env from it.
+"""
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable
 
 import torch
@@ -17,6 +27,9 @@ from dask_podracer.envs.point_chase import PointChaseVecEnv
 from dask_podracer.envs.warp_ant import make_warp_ant
 
 EnvFactory = Callable[..., VecEnv]
+
+IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+"""`<module>:<name>`: a VecEnv class or factory to import (dotted on both sides, as in `my_pkg.envs:Arm.make`)."""
 
 _REGISTRY: dict[str, EnvFactory] = {}
 _CANONICAL: dict[str, str] = {}  # every accepted name -> the name checkpoints record
@@ -35,22 +48,59 @@ def registered_envs() -> list[str]:
 
 
 def canonical_env_name(name: str) -> str:
-    """The registered name behind `name` (an alias such as "Pendulum" gives "Pendulum-v1")."""
-    if name.startswith(GYM_PREFIX):  # gymnasium ids name themselves
+    """The registered name behind `name` (an alias such as "Pendulum" gives "Pendulum-v1"). Gymnasium ids
+    and import paths name themselves; an import path is imported here, so a bad one fails now."""
+    if name.startswith(GYM_PREFIX):
         return name
     _factory(name)
-    return _CANONICAL[name]
+    return _CANONICAL.get(name, name)
 
 
 def _factory(name: str) -> EnvFactory:
     # "gym:<id>" reaches any gymnasium env through its vector envs, without registering each id.
     if name.startswith(GYM_PREFIX):
         return lambda **kwargs: make_gym_vec_env(name, **kwargs)
-    try:
+    if name in _REGISTRY:
         return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(registered_envs())
-        raise ValueError(f"unknown env {name!r}; known envs: {known} (or any gymnasium id as 'gym:<id>')") from None
+    if IMPORT_PATH.fullmatch(name):
+        return _imported(name)
+    known = ", ".join(registered_envs())
+    raise ValueError(f"unknown env {name!r}; known envs: {known}; or any gymnasium id as 'gym:<id>', "
+                     f"or your own VecEnv class or factory as '<module>:<name>'")
+
+
+def _imported(name: str) -> EnvFactory:
+    """The class or factory an import path names, wrapped to check that what it builds is a VecEnv."""
+    module_name, _, attribute = name.partition(":")
+    if module_name == "__main__":  # a worker, or a later load, has another __main__
+        raise ValueError(f"env {name!r}: a VecEnv defined in the script that runs cannot be imported by workers "
+                         f"or by whatever loads its checkpoints; move it to a module, e.g. 'my_envs:{attribute}'")
+    try:
+        target = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"env {name!r}: cannot import module {module_name!r} ({e}); it must be importable "
+                          f"wherever segments run: installed, on PYTHONPATH, or in the directory `podracer` "
+                          f"runs from") from e
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"env {name!r}: module {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"env {name!r}: {attribute} is a {type(target).__name__}, not a VecEnv class or factory")
+
+    def build(**kwargs) -> VecEnv:
+        env = target(**kwargs)
+        missing = [a for a in VEC_ENV_ATTRIBUTES if not hasattr(env, a)]
+        if missing:
+            raise TypeError(f"env {name!r} built a {type(env).__name__}, which is not a VecEnv: it has no "
+                            f"{', '.join(missing)} (see dask_podracer.envs.VecEnv, or subclass TorchVecEnv)")
+        return env
+
+    return build
+
+
+VEC_ENV_ATTRIBUTES = ("num_envs", "device", "single_observation_space", "single_action_space", "max_episode_steps",
+                      "reset", "step", "close")
 
 
 def make_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,

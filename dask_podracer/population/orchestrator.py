@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -101,9 +100,11 @@ def run_tournament(config: Config, client: Client | None = None,
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         store = PodracerStore(config.store_url, create=True)
         check_workers(active, config)  # every worker: the store, the env, the agents
-        with warnings.catch_warnings():  # a later run on the same scheduler replaces the page's plugin, as meant
-            warnings.filterwarnings("ignore", message=".*already contains a plugin", category=UserWarning)
-            active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
+        # an earlier run on this scheduler left its page's plugin: removed first, or the scheduler warns in its
+        # own log (where no filter of ours reaches) that it overwrites it
+        with contextlib.suppress(ValueError):
+            active.unregister_scheduler_plugin(PodracerPage.name)
+        active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
         return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
 
 
@@ -282,7 +283,7 @@ class _Loop:
             seconds=min(seg.seconds, remaining) if seg.seconds > 0 else remaining,
             eval_episodes=seg.eval_episodes, device=seg.device, torch_threads=seg.torch_threads,
             generation=train.plan.generation, load_replay=train.plan.load_replay,
-            share_replay=self.config.tournament.replay == "share",
+            share_replay=self.config.tournament.replay == "share", env_kwargs=run.env_kwargs,
         )
         future = self.client.submit(self.segment_fn, spec, key=f"segment-{spec.key}", resources=self.slots.resources,
                                     pure=False, retries=self.config.tournament.retries)
@@ -333,7 +334,7 @@ class _Loop:
             return
         self.state_written = self.flushed
         self.store.write_run_state({
-            "env": self.config.run.env, "machine": self.machine.to_state(), "invocations": self.invocations,
+            "env": self.config.run.env, "env_kwargs": self.config.run.env_kwargs, "machine": self.machine.to_state(), "invocations": self.invocations,
             "wall_seconds": self.wall_offset + self._elapsed(),
             "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,
             "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},

@@ -19,7 +19,13 @@ from dask_podracer.store import PodracerStore, StoreError
 
 def check_constructs(config: Config) -> None:
     """Build the env and a fresh agent of every group here, so a config that cannot run fails first."""
-    env = make_vec_env(config.run.env, 1, device="cpu")
+    kwargs = config.run.env_kwargs
+    try:
+        env = make_vec_env(config.run.env, 1, device="cpu", **kwargs)
+    except TypeError as e:
+        if not kwargs:
+            raise
+        raise ConfigError(f"run.env_kwargs {kwargs} do not fit {config.run.env!r}: {e}") from None
     for group in config.groups:
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
 
@@ -41,6 +47,10 @@ def check_store_fits(config: Config) -> None:
     if recorded is not None and recorded != config.run.env:
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r}, and run.env is "
                           f"{config.run.env!r}: {again}")
+    recorded_kwargs = state.get("env_kwargs", next((e.get("env_kwargs", {}) for e in board), {}))
+    if recorded is not None and recorded_kwargs != config.run.env_kwargs:
+        raise ConfigError(f"store '{url}' holds a tournament on {recorded!r} with env_kwargs {recorded_kwargs}, "
+                          f"and run.env_kwargs is {config.run.env_kwargs}: {again}")
     algorithms = {g.name: g.algorithm for g in config.groups}
     stored = {e["group"]: e.get("algorithm") for e in board if e.get("group")}
     for agent in (state.get("machine") or {}).get("agents", []):

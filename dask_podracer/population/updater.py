@@ -20,6 +20,7 @@ def leaderboard_entry(result: SegmentResult, group: str | None = None) -> dict[s
         "parent": result.parent,
         "generation": result.generation,
         "hparams": result.hparams,
+        **({"env_kwargs": result.env_kwargs} if result.env_kwargs else {}),
     }
 
 

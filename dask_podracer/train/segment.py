@@ -42,7 +42,7 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
         return result_from_attrs(spec.key, store.checkpoint_attrs(spec.key), device=str(device))
 
     hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
-    env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=spec.seed)
+    env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=spec.seed, **spec.env_kwargs)
     agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, spec.hparams, device)
     lineage_steps = replay_lost = 0
     if spec.parent is not None:
@@ -58,7 +58,7 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     finish_training(agent)
     train_seconds = time.perf_counter() - started
 
-    eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed)
+    eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed, **spec.env_kwargs)
     returns = episode_returns(agent, eval_env, seed=spec.eval_seed)
     score = float(returns.mean())
     # the standard error of that mean: how far apart two scores must be before they say something
@@ -74,7 +74,7 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
         key=spec.key, parent=spec.parent, algorithm=spec.algorithm, env=spec.env, hparams=dict(spec.hparams),
         score=score, env_steps=steps, total_env_steps=lineage_steps + steps, train_seconds=train_seconds,
         eval_seconds=eval_seconds, generation=spec.generation, device=str(device), metrics=metrics,
-        score_stderr=score_stderr,
+        score_stderr=score_stderr, env_kwargs=dict(spec.env_kwargs),
     )
     # one replay row per env step: the newest `steps` rows are this segment's own
     save_agent(store, spec.key, agent, result, seed=spec.seed,
@@ -89,6 +89,7 @@ def result_from_attrs(key: str, attrs: dict, device: str | None = None) -> Segme
         score=attrs["score"], env_steps=attrs["segment_env_steps"], total_env_steps=attrs["env_steps"],
         train_seconds=0.0, eval_seconds=0.0, generation=attrs["generation"], device=device or "",
         metrics=attrs.get("metrics", {}), score_stderr=attrs.get("score_stderr", 0.0),
+        env_kwargs=attrs.get("env_kwargs", {}),
     )
 
 
@@ -110,7 +111,8 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
         "algorithm": result.algorithm, "env": result.env, "hparams": result.hparams,
         "parent": result.parent, "generation": result.generation, "seed": seed,
         "score": result.score, "score_stderr": result.score_stderr, "env_steps": result.total_env_steps,
-        "segment_env_steps": result.env_steps, "metrics": result.metrics, "structure": skeleton, **extra,
+        "segment_env_steps": result.env_steps, "metrics": result.metrics, "structure": skeleton,
+        "env_kwargs": result.env_kwargs, **extra,
     }
     store.save_checkpoint(key, arrays, attrs)
 
@@ -123,7 +125,7 @@ def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu
     (`tournament.replay = "share"`) are then not read at all."""
     checkpoint = store.load_checkpoint(key)
     attrs = checkpoint.attrs
-    env = make_vec_env(attrs["env"], 1, device=device)
+    env = make_vec_env(attrs["env"], 1, device=device, **attrs.get("env_kwargs", {}))
     agent = make_agent(attrs["algorithm"], env.single_observation_space, env.single_action_space,
                        attrs["hparams"] if hparams is None else hparams, device)
     state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
@@ -143,6 +145,9 @@ def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: 
     if attrs["algorithm"] != spec.algorithm or attrs["env"] != spec.env:
         raise SegmentError(f"segment {spec.key}: parent {spec.parent} is {attrs['algorithm']} on {attrs['env']}, "
                            f"not {spec.algorithm} on {spec.env}")
+    if attrs.get("env_kwargs", {}) != spec.env_kwargs:
+        raise SegmentError(f"segment {spec.key}: parent {spec.parent} trained on {attrs['env']} with env_kwargs "
+                           f"{attrs.get('env_kwargs', {})}, not {spec.env_kwargs}")
     state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
     lost = 0
     if not spec.load_replay:

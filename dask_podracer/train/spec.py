@@ -43,6 +43,8 @@ class SegmentSpec:
     share_replay: bool = False
     """Save only the transitions this segment collected, with a reference to the parent's for the rest
     (`tournament.replay = "share"`): a lineage then stores each transition once, not in every checkpoint."""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the env's constructor (`run.env_kwargs`)."""
 
     def __post_init__(self) -> None:
         if self.env_steps <= 0 and self.seconds <= 0:
@@ -73,6 +75,8 @@ class SegmentResult:
     score_stderr: float = 0.0
     """Standard error of `score`: the evaluation returns' standard deviation over the square root of their
     number (0 for results from before it was recorded)."""
+    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments the env was built with."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

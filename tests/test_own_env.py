@@ -1,0 +1,147 @@
+"""Envs of one's own: by import path ("my_envs:Reach"), gymnasium ids with their registering module, env_kwargs,
+and `podracer check-env`. The first test runs docs/envs.md's "Your own environment" files as written."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dask_podracer.agents import make_agent
+from dask_podracer.cli import main
+from dask_podracer.config import ConfigError, config_from_dict
+from dask_podracer.envs import check_vec_env, make_vec_env
+from dask_podracer.population import check_constructs
+from dask_podracer.store import PodracerStore
+from dask_podracer.train import evaluate, load_agent
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
+PODRACER = [sys.executable, "-c", "import sys; from dask_podracer.cli import main; sys.exit(main())"]
+
+
+def docs_files(folder: Path) -> list[str]:
+    """Write the code blocks of docs/envs.md that open with a file name comment ("# my_envs.py") into `folder`."""
+    names = []
+    for body in re.findall(r"```\w+\n(.*?)```", DOCS.read_text(), re.DOTALL):
+        match = re.fullmatch(r"# ([\w.]+\.(?:py|toml))", body.splitlines()[0])
+        if match:
+            (folder / match.group(1)).write_text(body)
+            names.append(match.group(1))
+    return names
+
+
+@pytest.mark.slow
+def test_the_docs_own_env_runs_as_written_through_the_cli(tmp_path, monkeypatch):
+    assert docs_files(tmp_path) == ["my_envs.py", "reach.toml"]
+    # `podracer` run from the folder, as a user would: the module is found there, by the client and the workers
+    checked = subprocess.run([*PODRACER, "check-env", "reach.toml"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith("my_envs:Reach: keeps the VecEnv contract (8 envs on cpu, 50 steps")
+    trained = subprocess.run([*PODRACER, "train", "reach.toml", "--quiet", "--json", "summary.json", "--budget", "90s"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert trained.returncode == 0, trained.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    store = PodracerStore(summary["store"])
+    attrs = store.checkpoint_attrs(summary["best_key"])
+    assert attrs["env"] == "my_envs:Reach" and attrs["env_kwargs"] == {"speed": 0.2}
+    env = make_vec_env("my_envs:Reach", 10, seed=1_000_003, speed=0.2)
+    assert check_vec_env(env).truncations == 10
+    torch.manual_seed(0)
+    untrained = make_agent("sac", env.single_observation_space, env.single_action_space, {"hidden": [64, 64]})
+    # learning happened: an untrained actor barely moves and scores about -38; the champion goes to the centre
+    assert evaluate(untrained, env, seed=1_000_003) < -25.0
+    champion = load_agent(store, summary["best_key"], replay=False)
+    assert evaluate(champion, env, seed=1_000_003) >= -10.0
+
+
+def test_an_import_path_that_does_not_lead_to_a_vec_env_is_a_config_error_naming_it():
+    def config(env):
+        return config_from_dict({"run": {"env": env, "algorithm": "sac"}})
+
+    with pytest.raises(ConfigError, match=r"run.env: env 'no_such_module:Env': cannot import module "
+                                          r"'no_such_module' \(No module named 'no_such_module'\); it must be "
+                                          r"importable wherever segments run"):
+        config("no_such_module:Env")
+    with pytest.raises(ConfigError, match=r"module 'os' has no attribute 'NoSuchEnv'"):
+        config("os:NoSuchEnv")
+    with pytest.raises(ConfigError, match=r"env 'os:sep': sep is a str, not a VecEnv class or factory"):
+        config("os:sep")
+    with pytest.raises(ConfigError, match=r"a VecEnv defined in the script that runs cannot be imported by workers"):
+        config("__main__:Reach")
+    with pytest.raises(ConfigError, match=r"run.env must be one of .*, a gymnasium id as 'gym:<id>', or your own "
+                                          r"VecEnv as '<module>:<name>', got 'not an env'"):
+        config("not an env")
+    with pytest.raises(ConfigError, match=r"run.env_kwargs must be a table of keyword arguments, got 3"):
+        config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "env_kwargs": 3}})
+
+
+def test_a_factory_must_build_a_vec_env():
+    with pytest.raises(TypeError, match=r"env 'builtins:dict' built a dict, which is not a VecEnv: it has no "
+                                        r"num_envs, device, single_observation_space"):
+        make_vec_env("builtins:dict", 2)
+
+
+def test_env_kwargs_that_the_env_does_not_take_are_refused_before_a_cluster_starts(tmp_path, capsys):
+    config = config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "env_kwargs": {"gravity": 3.0},
+                                       "store": str(tmp_path / "s.zarr")}})
+    with pytest.raises(ConfigError, match=r"run.env_kwargs \{'gravity': 3.0\} do not fit 'Pendulum-v1': "
+                                          r".*unexpected keyword argument 'gravity'"):
+        check_constructs(config)
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nstore = "{tmp_path / "s.zarr"}"\n'
+                    f'env_kwargs = {{ gravity = 3.0 }}\n')
+    assert main(["train", str(path)]) == 2
+    assert "do not fit 'Pendulum-v1'" in capsys.readouterr().err
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_gymnasium_id_may_name_the_module_that_registers_it(tmp_path, monkeypatch):
+    (tmp_path / "my_gym_envs.py").write_text(
+        'import gymnasium\n'
+        'gymnasium.register("ShortPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",'
+        ' max_episode_steps=20)\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = config_from_dict({"run": {"env": "gym:my_gym_envs:ShortPendulum-v0", "algorithm": "sac",
+                                       "env_kwargs": {"g": 4.0}}})
+    env = make_vec_env(config.run.env, 3, seed=0, **config.run.env_kwargs)
+    assert env.max_episode_steps == 20 and env.env.envs[0].unwrapped.g == 4.0
+    assert check_vec_env(env).truncations == 3
+    with pytest.raises(ImportError, match=r"gym:missing_module:Arm-v0: cannot import module 'missing_module', "
+                                          r"which should register 'Arm-v0'"):
+        make_vec_env("gym:missing_module:Arm-v0", 1)
+
+
+def test_check_env_names_the_broken_rule_and_exits_1(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken_envs.py").write_text(
+        "from dask_podracer.envs import PendulumVecEnv\n"
+        "class WrongReward(PendulumVecEnv):\n"
+        "    def step(self, actions):\n"
+        "        obs, reward, terminated, truncated, info = super().step(actions)\n"
+        "        return obs, reward.double(), terminated, truncated, info\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["check-env", "broken_envs:WrongReward", "--num-envs", "2"]) == 1
+    assert "broken_envs:WrongReward breaks the VecEnv contract: WrongReward: reward has dtype torch.float64, " \
+           "expected torch.float32" in capsys.readouterr().err
+    assert main(["check-env", "Pendulum-v1", "--env-kwargs", "[1]"]) == 2
+    assert "--env-kwargs must be a JSON object" in capsys.readouterr().err
+    assert main(["check-env", "CartPole-v1", "--num-envs", "4", "--max-steps", "30"]) == 0
+    assert capsys.readouterr().out.startswith("CartPole-v1: keeps the VecEnv contract (4 envs on cpu, 30 steps")
+
+
+def test_a_store_trained_with_other_env_kwargs_is_not_resumed(tmp_path):
+    from dask_podracer.population import check_store_fits
+
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    store.write_run_state({"env": "gym:Pendulum-v1", "env_kwargs": {"g": 4.0}, "machine": {"agents": []}})
+    run = {"env": "gym:Pendulum-v1", "algorithm": "sac", "store": store.url}
+    check_store_fits(config_from_dict({"run": {**run, "env_kwargs": {"g": 4.0}}}))  # the same: resumes
+    with pytest.raises(ConfigError, match=r"holds a tournament on 'gym:Pendulum-v1' with env_kwargs \{'g': 4.0\}, "
+                                          r"and run.env_kwargs is \{'g': 9.0\}: resume it with the config"):
+        check_store_fits(config_from_dict({"run": {**run, "env_kwargs": {"g": 9.0}}}))
