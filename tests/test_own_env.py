@@ -19,6 +19,7 @@ from dask_podracer.store import PodracerStore
 from dask_podracer.train import evaluate, load_agent
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
+WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
 PODRACER = [sys.executable, "-c", "import sys; from dask_podracer.cli import main; sys.exit(main())"]
 
 
@@ -45,6 +46,13 @@ def test_the_docs_own_env_runs_as_written_through_the_cli(tmp_path, monkeypatch)
     assert trained.returncode == 0, trained.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
+    # the workflows rebuild the env from the store, from the same folder
+    exported = subprocess.run([sys.executable, str(WORKFLOWS / "export_champion.py"), summary["store"], "champion",
+                               "--episodes", "4"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert exported.returncode == 0, exported.stderr
+    card = json.loads((tmp_path / "champion" / "card.json").read_text())
+    assert card["env"] == "my_envs:Reach" and card["env_kwargs"] == {"speed": 0.2}
+    assert card["evaluation"]["score"] >= -10.0 and card["gymnasium_evaluation"] is None
 
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train import evaluate, load_agent
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default="report", help="writes OUT.json and OUT.md")
     args = parser.parse_args(argv)
+    import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)
     try:
         rows = report(PodracerStore(args.store), args.top, args.episodes, args.seed)

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_champion.py plays gymnasium episodes
 from replay_champion import play  # noqa: E402
 
+from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import make_vec_env
 from dask_podracer.lineage import family_tree
 from dask_podracer.store import PodracerStore, StoreError
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluation episodes recorded in the card (the run's segment.eval_episodes reproduces "
                              "the leaderboard score)")
     args = parser.parse_args(argv)
+    import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
     try:
         card = export(PodracerStore(args.store), Path(args.out), args.key, episodes=args.episodes)
