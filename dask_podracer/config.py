@@ -8,6 +8,7 @@ and exit without a traceback and without creating or touching a store.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import re
@@ -62,6 +63,11 @@ class RunConfig:
             raise ConfigError(f"run.env: {e}") from None
         _require(isinstance(self.env_kwargs, Mapping) and all(isinstance(k, str) for k in self.env_kwargs),
                  "run.env_kwargs", "a table of keyword arguments", self.env_kwargs)
+        try:  # checkpoints record them as JSON: a TOML date would fail every segment's save, after training
+            json.dumps(self.env_kwargs, allow_nan=False)
+        except (TypeError, ValueError):
+            _require(False, "run.env_kwargs", "strings, numbers, booleans, lists and tables (checkpoints keep them "
+                     "as JSON)", self.env_kwargs)
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         if self.algorithm is not None:
             _require(self.algorithm in registered_algorithms(), "run.algorithm",

@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,10 @@ def test_an_import_path_that_does_not_lead_to_a_vec_env_is_a_config_error_naming
         config("not an env")
     with pytest.raises(ConfigError, match=r"run.env_kwargs must be a table of keyword arguments, got 3"):
         config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "env_kwargs": 3}})
+    with pytest.raises(ConfigError, match=r"run.env_kwargs must be strings, numbers, booleans, lists and tables "
+                                          r"\(checkpoints keep them as JSON\), got \{'start': datetime.date"):
+        config_from_dict(tomllib.loads('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\n'
+                                       'env_kwargs = { start = 2024-01-01 }\n'))
 
 
 def test_a_factory_must_build_a_vec_env():
