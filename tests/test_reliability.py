@@ -70,6 +70,22 @@ def test_a_store_is_resumed_only_by_a_config_that_can_continue_it(client, tmp_pa
     assert run_tournament(tiny(store_path, max_segments=1), client).segments_completed == 1  # its own config resumes
 
 
+def test_gymnasiums_async_envs_run_in_the_embedded_clusters_workers_and_are_refused_clearly_on_daemonic_ones(
+        client, tmp_path):
+    # an async vector env starts a process per env; Dask's worker processes are daemonic by default (the
+    # fixture's), and a daemonic process may start none
+    config = tiny(tmp_path / "async.zarr", {"cluster": {"workers": 2, "dashboard_address": "127.0.0.1:0"}},
+                  max_segments=2, env="gym:Pendulum-v1", env_kwargs={"vectorization_mode": "async"})
+    with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot build env 'gym:Pendulum-v1' "
+                                           r"and its agents: ValueError: vectorization_mode 'async' starts a process "
+                                           r"per env, and this process is daemonic .* "
+                                           r"DASK_DISTRIBUTED__WORKER__DAEMON=False"):
+        run_tournament(config, client)
+    assert not PodracerStore(tmp_path / "async.zarr").read_history()
+    summary = run_tournament(config)  # on the embedded cluster, whose workers are not daemonic
+    assert summary.segments_completed == 2 and summary.segments_failed == 0
+
+
 def test_a_segment_whose_worker_keeps_dying_is_retried_then_failed_and_the_run_goes_on(tmp_path):
     store_path = tmp_path / "deaths.zarr"
     config = tiny(store_path, {"cluster": {"allowed_failures": 1}}, max_segments=4)

@@ -13,6 +13,7 @@ in `info["final_obs"]` (an object array, set only where done): we turn that into
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import warnings
 from typing import Any
 
@@ -33,6 +34,10 @@ class GymVecEnv:
                  vectorization_mode: str = "sync", **env_kwargs: Any) -> None:
         if vectorization_mode not in ("sync", "async"):
             raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+        if vectorization_mode == "async" and multiprocessing.current_process().daemon:
+            raise ValueError("vectorization_mode 'async' starts a process per env, and this process is daemonic "
+                             "(as Dask's worker processes are by default), which may start none: start the workers "
+                             "with DASK_DISTRIBUTED__WORKER__DAEMON=False (the embedded cluster's are not daemonic)")
         self.env_id = env_id
         self.num_envs = int(num_envs)
         self.device = canonical_device(device)

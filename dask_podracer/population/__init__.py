@@ -12,7 +12,7 @@ from dask_podracer.population.tournament import (BudgetReached, CapacityChanged,
                                                  SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
                                                  Train)
 
-__all__ = ["run_tournament", "connect", "embedded_client", "TLSFiles", "check_constructs", "check_store_fits", "RunSummary", "Progress",
-           "embedded_cluster", "cluster_slots", "Slots", "ClusterError", "Tournament", "SegmentFinished",
-           "SegmentFailed", "SegmentRecovered", "CapacityChanged", "BudgetReached", "Train", "Promote", "Evict",
-           "Cancel", "Stop"]
+__all__ = ["run_tournament", "connect", "embedded_client", "TLSFiles", "check_constructs", "check_store_fits",
+           "RunSummary", "Progress", "embedded_cluster", "cluster_slots", "Slots", "ClusterError", "Tournament",
+           "SegmentFinished", "SegmentFailed", "SegmentRecovered", "CapacityChanged", "BudgetReached", "Train",
+           "Promote", "Evict", "Cancel", "Stop"]

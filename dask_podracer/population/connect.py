@@ -49,9 +49,14 @@ def embedded_client(config: ClusterConfig) -> Iterator[Client]:
     """A client of a fresh embedded LocalCluster (worker processes on 127.0.0.1), closed on exit.
 
     Its scheduler lets a segment go through `config.allowed_failures` worker deaths before it fails.
+    Its worker processes are not daemonic, so a segment may start processes of its own (gymnasium's
+    async vector envs: a daemonic process may have no children).
     """
-    # the scheduler runs in this process and reads the setting once, when it is created
-    with dask.config.set({"distributed.scheduler.allowed-failures": config.allowed_failures}):
+    # The scheduler and the nannies run in this process. The scheduler reads its setting once, when it
+    # is created; a nanny reads `daemon` whenever it starts a worker process, restarts included, so that
+    # one holds for the cluster's whole life.
+    with dask.config.set({"distributed.scheduler.allowed-failures": config.allowed_failures,
+                          "distributed.worker.daemon": False}):
         cluster = embedded_cluster(config)
-    with cluster, Client(cluster) as client:
-        yield client
+        with cluster, Client(cluster) as client:
+            yield client
