@@ -101,6 +101,24 @@ def test_exported_champion_reproduces_its_score_in_a_process_without_dask_podrac
     assert -2000 < gym_card["score"] < 0  # Pendulum returns: gymnasium's own seeded episodes, not our twin's
 
 
+def test_an_exported_champion_of_an_env_with_kwargs_is_replayed_in_gymnasium_with_them(tmp_path):
+    from dask_podracer.train import SegmentSpec, run_segment
+
+    store = PodracerStore(tmp_path / "g.zarr", create=True)
+    run_segment(SegmentSpec(key="a", store_url=store.url, env="gym:Pendulum-v1", algorithm="sac", seed=1,
+                            hparams={"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32},
+                            env_steps=100, eval_episodes=3, env_kwargs={"g": 4.0}))
+    out = tmp_path / "champion"
+    run = script("export_champion.py", store.url, out, "--key", "a", "--episodes", "3")
+    assert run.returncode == 0, run.stderr
+    card = json.loads((out / "card.json").read_text())
+    assert card["env_kwargs"] == {"g": 4.0} and card["gymnasium_evaluation"]["env_kwargs"] == {"g": 4.0}
+    assert card["evaluation"]["score"] == pytest.approx(card["score"], abs=1e-3)
+    replay = script("replay_champion.py", out, "--json")
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert json.loads(replay.stdout)["reproduced"]
+
+
 def test_evaluate_top_writes_a_report(store, tmp_path):
     run = script("evaluate_top.py", store.url, "--top", "2", "--episodes", "3", "--out", tmp_path / "report")
     assert run.returncode == 0, run.stderr

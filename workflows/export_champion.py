@@ -63,7 +63,8 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
     out.mkdir(parents=True, exist_ok=True)
     scripted.save(str(out / "policy.pt"))
     card = {
-        "key": key, "env": attrs["env"], "env_kwargs": env_kwargs, "algorithm": attrs["algorithm"], "score": attrs["score"],
+        "key": key, "env": attrs["env"], "env_kwargs": env_kwargs, "algorithm": attrs["algorithm"],
+        "score": attrs["score"],
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
         "evaluation": _evaluation(agent, attrs["env"], episodes, seed, env_kwargs),
@@ -100,7 +101,8 @@ GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0",
 def _gymnasium_evaluation(policy: torch.nn.Module, env_name: str, episodes: int, seed: int,
                           env_kwargs: dict) -> dict | None:
     """The exported policy in gymnasium's own env, seeds `seed`, `seed + 1`, ...: what replay_champion.py replays.
-    A gymnasium env gets the env's kwargs (but one vector env's: its vectorization mode); our twins take none."""
+    A gymnasium env is made with the env's kwargs, less `vectorization_mode` (a vector env's, not the env's);
+    with kwargs, our twins have no gymnasium counterpart."""
     if env_name.startswith("gym:"):
         env_id = env_name.removeprefix("gym:")
         make_kwargs = {k: v for k, v in env_kwargs.items() if k != "vectorization_mode"}
