@@ -21,7 +21,8 @@ from dask_podracer.train import evaluate, load_agent
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
-PODRACER = [sys.executable, "-c", "import sys; from dask_podracer.cli import main; sys.exit(main())"]
+PODRACER = [str(Path(sys.executable).with_name("podracer"))]
+"""The console script a user runs: its own directory, not the working one, is first on its sys.path."""
 
 
 def docs_files(folder: Path) -> list[str]:
