@@ -234,7 +234,9 @@ def _check_env(args: argparse.Namespace) -> int:
         if args.num_envs < 1:
             raise UserError(f"--num-envs must be >= 1, got {args.num_envs}")
         env = make_vec_env(name, args.num_envs, device=args.device, seed=args.seed, **kwargs)
-    except (ConfigError, ValueError, ImportError, TypeError, RuntimeError) as e:
+    except ConfigError as e:  # names the config file and the key already
+        raise UserError(str(e)) from None
+    except (ValueError, ImportError, TypeError, RuntimeError) as e:
         raise UserError(str(e) if repr(name) in str(e) else f"cannot build env {name!r}: {e}") from None
     limit = args.max_steps or min(env.max_episode_steps + 1, CHECK_STEPS)
     try:

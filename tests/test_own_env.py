@@ -143,6 +143,10 @@ def test_check_env_names_the_broken_rule_and_exits_1(tmp_path, monkeypatch, caps
     assert main(["check-env", "broken_envs:WrongReward", "--num-envs", "2"]) == 1
     assert "broken_envs:WrongReward breaks the VecEnv contract: WrongReward: reward has dtype torch.float64, " \
            "expected torch.float32" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[run]\nenv = "no_such_module:Env"\nalgorithm = "sac"\n')
+    assert main(["check-env", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"podracer: error: {bad}: run.env: env 'no_such_module:Env': cannot")
     assert main(["check-env", "Pendulum-v1", "--env-kwargs", "[1]"]) == 2
     assert "--env-kwargs must be a JSON object" in capsys.readouterr().err
     assert main(["check-env", "CartPole-v1", "--num-envs", "4", "--max-steps", "30"]) == 0
