@@ -34,7 +34,8 @@ class RunConfig:
     env: str
     """Env name: a registered one such as "Pendulum-v1" (see `dask_podracer.envs.registered_envs()`), a
     gymnasium id as "gym:<id>" (or "gym:<module>:<id>" to import the module that registers it), or your own
-    VecEnv class or factory as "<module>:<name>" (docs/envs.md, "Your own environment")."""
+    VecEnv class or factory, or gymnasium Env class, as "<module>:<name>" (docs/envs.md, "Your own
+    environment")."""
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the env's constructor, e.g. `{ vectorization_mode = "async" }` for a gymnasium env
     or your own env's parameters; checkpoints record them with the env's name."""
@@ -55,8 +56,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _require(self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env)),
-                 "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv as "
-                 f"'<module>:<name>'", self.env)
+                 "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv or gymnasium "
+                 f"Env as '<module>:<name>'", self.env)
         try:
             object.__setattr__(self, "env", canonical_env_name(self.env))
         except (ValueError, ImportError, TypeError) as e:  # an import path that does not lead to a VecEnv

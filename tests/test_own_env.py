@@ -38,7 +38,7 @@ def docs_files(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_the_docs_own_env_runs_as_written_through_the_cli(tmp_path, monkeypatch):
-    assert docs_files(tmp_path) == ["my_envs.py", "reach.toml"]
+    assert docs_files(tmp_path) == ["my_envs.py", "reach.toml", "my_gym_envs.py", "reach_one.toml"]
     # `podracer` run from the folder, as a user would: the module is found there, by the client and the workers
     checked = subprocess.run([*PODRACER, "check-env", "reach.toml"], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stderr
@@ -71,6 +71,72 @@ def test_the_docs_own_env_runs_as_written_through_the_cli(tmp_path, monkeypatch)
     assert evaluate(champion, env, seed=1_000_003) >= -10.0
 
 
+@pytest.mark.slow
+def test_the_docs_gymnasium_env_class_runs_as_written_through_the_cli_and_replays_in_gymnasium(tmp_path, monkeypatch):
+    docs_files(tmp_path)
+    checked = subprocess.run([*PODRACER, "check-env", "reach_one.toml"], cwd=tmp_path, capture_output=True, text=True,
+                             check=False)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith("my_gym_envs:ReachOne: keeps the VecEnv contract (8 envs on cpu, 50 steps")
+    trained = subprocess.run([*PODRACER, "train", "reach_one.toml", "--quiet", "--json", "summary.json", "--budget",
+                              "90s"], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert trained.returncode == 0, trained.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
+    exported = subprocess.run([sys.executable, str(WORKFLOWS / "export_champion.py"), summary["store"], "champion",
+                               "--episodes", "4"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert exported.returncode == 0, exported.stderr
+    card = json.loads((tmp_path / "champion" / "card.json").read_text())
+    played = card["gymnasium_evaluation"]
+    assert played["entry_point"] == "my_gym_envs:ReachOne" and played["env_kwargs"] == {"speed": 0.2,
+                                                                                          "max_episode_steps": 50}
+    # the same episodes, stepped by gymnasium one env at a time and by the adapter as a batch
+    assert played["returns"] == pytest.approx(card["evaluation"]["returns"], abs=1e-4)
+    replayed = subprocess.run([sys.executable, str(WORKFLOWS / "replay_champion.py"), "champion", "--json"],
+                              cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert replayed.returncode == 0, replayed.stderr
+    outcome = json.loads(replayed.stdout)
+    assert outcome["reproduced"] and not outcome["dask_podracer_imported"]
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = make_vec_env("my_gym_envs:ReachOne", 10, seed=1_000_003, speed=0.2, max_episode_steps=50)
+    torch.manual_seed(0)
+    untrained = make_agent("sac", env.single_observation_space, env.single_action_space, {"hidden": [64, 64]})
+    assert evaluate(untrained, env, seed=1_000_003) < -25.0  # learning happened
+    champion = load_agent(PodracerStore(summary["store"]), summary["best_key"], replay=False)
+    assert evaluate(champion, env, seed=1_000_003) >= -10.0
+
+
+def test_a_gymnasium_env_class_is_stepped_by_gymnasiums_vector_envs(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from dask_podracer.envs import GymVecEnv
+
+    docs_files(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from my_gym_envs import ReachOne
+
+    env = make_vec_env("my_gym_envs:ReachOne", 3, seed=5, speed=0.2, max_episode_steps=10)
+    assert isinstance(env, GymVecEnv) and env.env_class is ReachOne and env.max_episode_steps == 10
+    assert check_vec_env(env).truncations == 3
+    obs, _ = env.reset(seed=5)
+    one = ReachOne(speed=0.2)
+    assert torch.equal(obs, torch.stack([torch.from_numpy(one.reset(seed=5 + i)[0]) for i in range(3)]))
+    # no time limit: refused, naming the kwarg, before a cluster starts
+    with pytest.raises(ValueError, match=r"my_gym_envs:ReachOne has no time limit; give it one with "
+                                         r"max_episode_steps in its kwargs \(run.env_kwargs\)"):
+        make_vec_env("my_gym_envs:ReachOne", 2)
+    with pytest.raises(ConfigError, match=r"run.env_kwargs \{'sped': 0.2, 'max_episode_steps': 5\} do not fit "
+                                          r"'my_gym_envs:ReachOne': .*unexpected keyword argument 'sped'"):
+        check_constructs(config_from_dict({"run": {"env": "my_gym_envs:ReachOne", "algorithm": "sac",
+                                                   "env_kwargs": {"sped": 0.2, "max_episode_steps": 5}}}))
+    # the same rule for a gymnasium id registered without a limit
+    with pytest.raises(ValueError, match=r"gym:CliffWalking-v1 has no time limit"):
+        make_vec_env("gym:CliffWalking-v1", 2)
+    assert make_vec_env("gym:CliffWalking-v1", 2, max_episode_steps=30).max_episode_steps == 30
+    assert not gym.spec("CliffWalking-v1").max_episode_steps
+
+
 def test_an_import_path_that_does_not_lead_to_a_vec_env_is_a_config_error_naming_it():
     def config(env):
         return config_from_dict({"run": {"env": env, "algorithm": "sac"}})
@@ -81,12 +147,13 @@ def test_an_import_path_that_does_not_lead_to_a_vec_env_is_a_config_error_naming
         config("no_such_module:Env")
     with pytest.raises(ConfigError, match=r"module 'os' has no attribute 'NoSuchEnv'"):
         config("os:NoSuchEnv")
-    with pytest.raises(ConfigError, match=r"env 'os:sep': sep is a str, not a VecEnv class or factory"):
+    with pytest.raises(ConfigError, match=r"env 'os:sep': sep is a str, not a VecEnv class or factory, or a "
+                                          r"gymnasium Env class"):
         config("os:sep")
     with pytest.raises(ConfigError, match=r"a VecEnv defined in the script that runs cannot be imported by workers"):
         config("__main__:Reach")
     with pytest.raises(ConfigError, match=r"run.env must be one of .*, a gymnasium id as 'gym:<id>', or your own "
-                                          r"VecEnv as '<module>:<name>', got 'not an env'"):
+                                          r"VecEnv or gymnasium Env as '<module>:<name>', got 'not an env'"):
         config("not an env")
     with pytest.raises(ConfigError, match=r"run.env_kwargs must be a table of keyword arguments, got 3"):
         config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "env_kwargs": 3}})
@@ -117,12 +184,12 @@ def test_env_kwargs_that_the_env_does_not_take_are_refused_before_a_cluster_star
 
 
 def test_a_gymnasium_id_may_name_the_module_that_registers_it(tmp_path, monkeypatch):
-    (tmp_path / "my_gym_envs.py").write_text(
+    (tmp_path / "registering_envs.py").write_text(
         'import gymnasium\n'
         'gymnasium.register("ShortPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",'
         ' max_episode_steps=20)\n')
     monkeypatch.syspath_prepend(str(tmp_path))
-    config = config_from_dict({"run": {"env": "gym:my_gym_envs:ShortPendulum-v0", "algorithm": "sac",
+    config = config_from_dict({"run": {"env": "gym:registering_envs:ShortPendulum-v0", "algorithm": "sac",
                                        "env_kwargs": {"g": 4.0}}})
     env = make_vec_env(config.run.env, 3, seed=0, **config.run.env_kwargs)
     assert env.max_episode_steps == 20 and env.env.envs[0].unwrapped.g == 4.0

@@ -7,10 +7,10 @@ actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage
 evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
 
 The card holds two evaluations: `evaluation`, on our vectorised env with the tournament's
-evaluation seed (it reproduces the leaderboard score), and, for envs with a gymnasium twin,
-`gymnasium_evaluation`: the exported TorchScript policy played in gymnasium itself, one episode
+evaluation seed (it reproduces the leaderboard score), and, for gymnasium envs (ids, Env
+classes of your own) and our envs with a gymnasium twin, `gymnasium_evaluation`: the exported TorchScript policy played in gymnasium itself, one episode
 per seed. `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with
-torch and gymnasium alone.
+torch and gymnasium alone (and, for an Env class of your own, its module).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_c
 from replay_champion import play  # noqa: E402
 
 from dask_podracer.cli import import_from_working_directory
-from dask_podracer.envs import make_vec_env
+from dask_podracer.envs import GymVecEnv, make_vec_env
 from dask_podracer.lineage import family_tree
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train import SegmentSpec, load_agent
@@ -68,7 +68,7 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
         "evaluation": _evaluation(agent, attrs["env"], episodes, seed, env_kwargs),
-        "gymnasium_evaluation": _gymnasium_evaluation(scripted, attrs["env"], episodes, seed, env_kwargs),
+        "gymnasium_evaluation": _gymnasium_evaluation(scripted, env, attrs["env"], episodes, seed, env_kwargs),
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
         "observation_shape": list(env.single_observation_space.shape),
         "action_space": str(env.single_action_space),
@@ -98,22 +98,26 @@ GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0",
 """Our torch envs that match a gymnasium env of the same id step for step (tests/test_envs*.py)."""
 
 
-def _gymnasium_evaluation(policy: torch.nn.Module, env_name: str, episodes: int, seed: int,
+def _gymnasium_evaluation(policy: torch.nn.Module, env, env_name: str, episodes: int, seed: int,
                           env_kwargs: dict) -> dict | None:
     """The exported policy in gymnasium's own env, seeds `seed`, `seed + 1`, ...: what replay_champion.py replays.
     A gymnasium env is made with the env's kwargs, less `vectorization_mode` (a vector env's, not the env's);
-    with kwargs, our twins have no gymnasium counterpart."""
-    if env_name.startswith("gym:"):
+    with kwargs, our twins have no gymnasium counterpart. An Env class of your own is made from its import
+    path, recorded as the `entry_point`."""
+    make_kwargs = {k: v for k, v in env_kwargs.items() if k != "vectorization_mode"}
+    entry_point = None
+    if isinstance(env, GymVecEnv) and env.env_class is not None:
+        env_id = entry_point = env_name
+    elif env_name.startswith("gym:"):
         env_id = env_name.removeprefix("gym:")
-        make_kwargs = {k: v for k, v in env_kwargs.items() if k != "vectorization_mode"}
     elif env_name in GYMNASIUM_TWINS and not env_kwargs:
-        env_id, make_kwargs = env_name, {}
+        env_id = env_name
     else:
         return None
     seeds = [seed + i for i in range(episodes)]
-    returns = play(policy, env_id, seeds, make_kwargs)
-    return {"env_id": env_id, "env_kwargs": make_kwargs, "seeds": seeds, "returns": returns,
-            "score": sum(returns) / len(returns)}
+    returns = play(policy, env_id, seeds, make_kwargs, entry_point)
+    return {"env_id": env_id, "entry_point": entry_point, "env_kwargs": make_kwargs, "seeds": seeds,
+            "returns": returns, "score": sum(returns) / len(returns)}
 
 
 def _in_history(store: PodracerStore, key: str) -> bool:

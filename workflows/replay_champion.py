@@ -8,6 +8,9 @@ compares the mean return with the card's. `workflows/export_champion.py` compute
 figure with this same function, so on the same torch thread count the two agree exactly.
 Exit status 0 when they do, 1 when they do not, 2 when the card has no gymnasium evaluation
 (an env with no gymnasium twin, such as PointChase-v0).
+
+An Env class of your own (the card's `entry_point`, "my_envs:Arm") is imported from the
+working directory, or wherever Python finds it.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.envs.registration import EnvSpec
 
 
 @torch.no_grad()
-def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int], env_kwargs: dict | None = None) -> list[float]:
+def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int], env_kwargs: dict | None = None,
+         entry_point: str | None = None) -> list[float]:
     """One deterministic episode of `env_id` (made with `env_kwargs`) per seed (`reset(seed=...)`), to its end;
-    the returns."""
+    the returns. With an `entry_point` ("module:EnvClass"), that class is made, as gymnasium makes an id's."""
     returns = []
     for seed in seeds:
-        env = gym.make(env_id, **(env_kwargs or {}))
+        env = gym.make(EnvSpec(id=env_id, entry_point=entry_point) if entry_point else env_id, **(env_kwargs or {}))
         obs, _ = env.reset(seed=int(seed))
         total, done = 0.0, False
         while not done:
@@ -56,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay_champion: error: {card.get('env')} has no gymnasium twin; the card records no gymnasium "
               "evaluation to replay", file=sys.stderr)
         return 2
+    if recorded.get("entry_point"):
+        sys.path.insert(0, "")  # the module of an Env class of your own, beside where this runs (as python -m)
     returns = play(torch.jit.load(str(folder / "policy.pt")), recorded["env_id"], recorded["seeds"],
-                   recorded.get("env_kwargs"))
+                   recorded.get("env_kwargs"), recorded.get("entry_point"))
     score = float(np.mean(returns))
     same = returns == recorded["returns"]
     outcome = {"env_id": recorded["env_id"], "score": score, "card_score": recorded["score"], "reproduced": same,

@@ -8,6 +8,9 @@ terminated, not also truncated). We ask for SAME_STEP autoreset, so a finished
 env's obs is already the first of its next episode and gymnasium reports the true last obs
 in `info["final_obs"]` (an object array, set only where done): we turn that into a dense
 `[B, *obs_shape]` tensor that equals `obs` where nothing ended.
+
+A `gymnasium.Env` class of your own needs no registering: named by import path
+("my_envs:Arm"), it is vectorised from a spec made here, as a registered id would be.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.envs.registration import EnvSpec
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
@@ -30,7 +34,7 @@ PREFIX = "gym:"
 class GymVecEnv:
     """A gymnasium vector env presented as our VecEnv (torch tensors on `device`, float32 obs and reward)."""
 
-    def __init__(self, env_id: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+    def __init__(self, env_id: str | EnvSpec, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  vectorization_mode: str = "sync", **env_kwargs: Any) -> None:
         if vectorization_mode not in ("sync", "async"):
             raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
@@ -38,31 +42,43 @@ class GymVecEnv:
             raise ValueError("vectorization_mode 'async' starts a process per env, and this process is daemonic "
                              "(as Dask's worker processes are by default), which may start none: start the workers "
                              "with DASK_DISTRIBUTED__WORKER__DAEMON=False (the embedded cluster's are not daemonic)")
-        self.env_id = env_id
+        self.env_id = env_id.id if isinstance(env_id, EnvSpec) else env_id
+        self.env_class: type[gym.Env] | None = env_id.entry_point if isinstance(env_id, EnvSpec) else None
+        """The Env class named by import path, when this env is one (then `env_id` is that path)."""
         self.num_envs = int(num_envs)
         self.device = canonical_device(device)
         self._seed = seed
         try:
-            spec = gym.spec(_import_registering_module(env_id))
+            spec = env_id if isinstance(env_id, EnvSpec) else gym.spec(_import_registering_module(env_id))
             if "mujoco" in str(spec.entry_point):
                 relay_mujoco_warnings()
             self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
         except gym.error.DependencyNotInstalled as e:
             extra = " (MuJoCo ids: pip install 'dask-podracer[mujoco]')" if "mujoco" in str(e).lower() else ""
-            raise ImportError(f"{PREFIX}{env_id} cannot be made here: {e}{extra}") from e
+            raise ImportError(f"{self.name} cannot be made here: {e}{extra}") from e
         except gym.error.Error as e:  # an unknown id or version, a bad keyword
-            raise ValueError(f"{PREFIX}{env_id}: {e}") from e
+            raise ValueError(f"{self.name}: {e}") from e
         self.single_observation_space = self.env.single_observation_space
         self.single_action_space = self.env.single_action_space
-        # A `max_episode_steps` kwarg overrides the registered limit, as in gymnasium.make. Envs
-        # without a time limit get none from us either; a huge number keeps the attribute an int.
+        # A `max_episode_steps` kwarg overrides the registered limit, as in gymnasium.make.
         limit = env_kwargs.get("max_episode_steps") or spec.max_episode_steps
-        self.max_episode_steps = int(limit or 2**31 - 1)
+        if limit is None:
+            self.env.close()
+            # Evaluation plays each env's episode to its end: with no limit, one policy that never
+            # reaches a terminal state (CliffWalking's walking into a wall) would hang its segment.
+            raise ValueError(f"{self.name} has no time limit; give it one with max_episode_steps in its kwargs "
+                             f"(run.env_kwargs), at least as long as its episodes")
+        self.max_episode_steps = int(limit)
         self._discrete = isinstance(self.single_action_space, gym.spaces.Discrete)
         self._episode_return = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self._needs_reset = True
+
+    @property
+    def name(self) -> str:
+        """The env's name as a config gives it: "gym:<id>", or the import path of an Env class."""
+        return self.env_id if self.env_class is not None else f"{PREFIX}{self.env_id}"
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> Tensor:
         # Always a copy: on the CPU `as_tensor` would share memory with buffers we (or gymnasium) reuse.
@@ -81,7 +97,7 @@ class GymVecEnv:
 
     def step(self, actions: Tensor) -> StepResult:
         if self._needs_reset:
-            raise RuntimeError(f"GymVecEnv({self.env_id}).step() called before reset()")
+            raise RuntimeError(f"{self.name}.step() called before reset()")
         acts = torch.as_tensor(actions).detach().cpu().numpy()
         if self._discrete:
             acts = acts.reshape(self.num_envs).astype(np.int64)
@@ -130,6 +146,20 @@ def make_gym_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu
                      **kwargs: Any) -> GymVecEnv:
     """Build a `GymVecEnv` from a `gym:<id>` name (kwargs: `vectorization_mode`, then the env's own)."""
     return GymVecEnv(name.removeprefix(PREFIX), num_envs, device=device, seed=seed, **kwargs)
+
+
+def is_gym_env_class(target: object) -> bool:
+    """Whether `target` is a `gymnasium.Env` subclass: one env, which `make_gym_env_class_vec_env` vectorises."""
+    return isinstance(target, type) and issubclass(target, gym.Env)
+
+
+def make_gym_env_class_vec_env(path: str, env_class: type[gym.Env], num_envs: int, device: str | torch.device = "cpu",
+                               seed: int | None = None, **kwargs: Any) -> GymVecEnv:
+    """`num_envs` of a `gymnasium.Env` class named by the import path `path`, through gymnasium's vector envs
+    as a registered id's would be (its passive checker, order enforcing and, from `max_episode_steps`, its
+    time limit); the other kwargs go to the class. The class itself is the spec's entry point, so an
+    async vector env's processes pickle it by reference, importing `path`'s module."""
+    return GymVecEnv(EnvSpec(id=path, entry_point=env_class), num_envs, device=device, seed=seed, **kwargs)
 
 
 def relay_mujoco_warnings() -> None:

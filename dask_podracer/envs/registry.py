@@ -2,8 +2,9 @@
 
 Three kinds of name: a registered one ("Pendulum-v1"), any gymnasium id as "gym:<id>"
 (gymnasium's own "gym:<module>:<id>" imports the module that registers it first), and
-your own VecEnv as "<module>:<name>", a class or factory taking `num_envs`, `device` and
-`seed` that a worker imports by that path. A checkpoint records the name, so whatever
+your own env as "<module>:<name>", imported by that path wherever it is built: a VecEnv
+class or factory taking `num_envs`, `device` and `seed`, or a `gymnasium.Env` class,
+which gymnasium's vector envs step. A checkpoint records the name, so whatever
 loads it later (a segment on another worker, `load_agent`, the workflows) builds the
 same env from it.
 """
@@ -20,7 +21,7 @@ from dask_podracer.envs.acrobot import AcrobotVecEnv
 from dask_podracer.envs.base import VecEnv
 from dask_podracer.envs.cartpole import CartPoleVecEnv
 from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
-from dask_podracer.envs.gym_adapter import make_gym_vec_env
+from dask_podracer.envs.gym_adapter import is_gym_env_class, make_gym_env_class_vec_env, make_gym_vec_env
 from dask_podracer.envs.mountain_car import MountainCarContinuousVecEnv, MountainCarVecEnv
 from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
@@ -29,7 +30,8 @@ from dask_podracer.envs.warp_ant import make_warp_ant
 EnvFactory = Callable[..., VecEnv]
 
 IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-"""`<module>:<name>`: a VecEnv class or factory to import (dotted on both sides, as in `my_pkg.envs:Arm.make`)."""
+"""`<module>:<name>`: a VecEnv class or factory, or a gymnasium Env class, to import (dotted on both sides,
+as in `my_pkg.envs:Arm.make`)."""
 
 _REGISTRY: dict[str, EnvFactory] = {}
 _CANONICAL: dict[str, str] = {}  # every accepted name -> the name checkpoints record
@@ -66,11 +68,12 @@ def _factory(name: str) -> EnvFactory:
         return _imported(name)
     known = ", ".join(registered_envs())
     raise ValueError(f"unknown env {name!r}; known envs: {known}; or any gymnasium id as 'gym:<id>', "
-                     f"or your own VecEnv class or factory as '<module>:<name>'")
+                     f"or your own VecEnv class or factory, or gymnasium Env class, as '<module>:<name>'")
 
 
 def _imported(name: str) -> EnvFactory:
-    """The class or factory an import path names, wrapped to check that what it builds is a VecEnv."""
+    """The class or factory an import path names, wrapped to check that what it builds is a VecEnv; for a
+    gymnasium Env class, a factory of gymnasium vector envs of it."""
     module_name, _, attribute = name.partition(":")
     if module_name == "__main__":  # a worker, or a later load, has another __main__
         raise ValueError(f"env {name!r}: a VecEnv defined in the script that runs cannot be imported by workers "
@@ -86,14 +89,19 @@ def _imported(name: str) -> EnvFactory:
             raise ValueError(f"env {name!r}: module {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise TypeError(f"env {name!r}: {attribute} is a {type(target).__name__}, not a VecEnv class or factory")
+        raise TypeError(f"env {name!r}: {attribute} is a {type(target).__name__}, not a VecEnv class or factory, "
+                        f"or a gymnasium Env class")
+    if is_gym_env_class(target):
+        env_class = target
+        return lambda **kwargs: make_gym_env_class_vec_env(name, env_class, **kwargs)
 
     def build(**kwargs) -> VecEnv:
         env = target(**kwargs)
         missing = [a for a in VEC_ENV_ATTRIBUTES if not hasattr(env, a)]
         if missing:
             raise TypeError(f"env {name!r} built a {type(env).__name__}, which is not a VecEnv: it has no "
-                            f"{', '.join(missing)} (see dask_podracer.envs.VecEnv, or subclass TorchVecEnv)")
+                            f"{', '.join(missing)} (see dask_podracer.envs.VecEnv, or subclass TorchVecEnv; "
+                            f"a gymnasium.Env subclass is vectorised for you)")
         return env
 
     return build
