@@ -28,9 +28,20 @@ from torch import Tensor, nn
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
-from dask_podracer.agents.offpolicy import (LoopStats, check, gaussian_explore, offpolicy_iteration, pause, regress,
-                                            smoothed_target_action, td_target, uniform_action, validate_ensemble,
-                                            validate_offpolicy)
+from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.offpolicy import (
+    LoopStats,
+    check,
+    gaussian_explore,
+    offpolicy_iteration,
+    pause,
+    regress,
+    smoothed_target_action,
+    td_target,
+    uniform_action,
+    validate_ensemble,
+    validate_offpolicy,
+)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -77,6 +88,9 @@ class DDPGConfig:
     """Target smoothing noise is clipped to +-this, in half-action-range units."""
     policy_delay: int = 1
     """Critic updates per actor (and target) update."""
+    normalize_observations: bool = False
+    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
+    agent, carried in checkpoints; the replay buffer keeps them raw)."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
@@ -116,6 +130,7 @@ class DDPGAgent:
         self.actor_optim = adam(self.actor.parameters(), config.actor_lr)
         self.critic_optim = adam(self.critic.parameters(), config.critic_lr)
         self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
+        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
         self.behaviour = self.actor
         self.env_steps = 0
         self.updates = 0
@@ -125,7 +140,7 @@ class DDPGAgent:
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
-        obs = obs.to(self.device, torch.float32)
+        obs = self.obs_norm(obs.to(self.device, torch.float32))
         return self.actor(obs) if deterministic else self.explore(obs, self.actor)
 
     def random_action(self, n: int) -> Tensor:
@@ -182,6 +197,7 @@ class DDPGAgent:
             "critic_optim": self.critic_optim.state_dict(),
             "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
+        self.obs_norm.save_into(state)
         if self.config.keep_replay:
             state["replay"] = self.replay.state_dict()
         return state
@@ -190,6 +206,7 @@ class DDPGAgent:
         """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
         pause(self, stop_learner=True)
         state = fit_ensemble_state(state, self.config.num_critics)
+        self.obs_norm.load_from(state, self.algorithm)
         for name in ("actor", "actor_target", "critic", "critic_target", "actor_optim", "critic_optim"):
             getattr(self, name).load_state_dict(state[name])
         set_learning_rate(self.actor_optim, self.config.actor_lr)

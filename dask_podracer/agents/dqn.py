@@ -26,8 +26,16 @@ from torch.nn import functional as F
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.networks import mlp, soft_update
-from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
-                                            validate_offpolicy)
+from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.offpolicy import (
+    LoopStats,
+    check,
+    offpolicy_iteration,
+    pause,
+    regress,
+    td_target,
+    validate_offpolicy,
+)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -68,6 +76,9 @@ class DQNConfig:
     """Double DQN: the online network picks the next action, the target network values it."""
     dueling: bool = False
     """Dueling heads: Q = V + A - mean(A)."""
+    normalize_observations: bool = False
+    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
+    agent, carried in checkpoints; the replay buffer keeps them raw)."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
@@ -151,6 +162,7 @@ class DQNAgent:
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), config.learning_rate)
         self.replay = ReplayBuffer(config.buffer_size, obs_dim, 1, device)
+        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
         self.behaviour = self.q_net
         self.env_steps = 0
         self.updates = 0
@@ -159,7 +171,7 @@ class DQNAgent:
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
-        obs = obs.to(self.device, torch.float32)
+        obs = self.obs_norm(obs.to(self.device, torch.float32))
         return self.q_net(obs).argmax(-1) if deterministic else self.explore(obs, self.q_net)
 
     def random_action(self, n: int) -> Tensor:
@@ -204,12 +216,14 @@ class DQNAgent:
             "optimizer": self.optimizer.state_dict(),
             "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
+        self.obs_norm.save_into(state)
         if self.config.keep_replay:
             state["replay"] = self.replay.state_dict()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         pause(self, stop_learner=True)
+        self.obs_norm.load_from(state, self.algorithm)
         self.q_net.load_state_dict(state["q_net"])
         self.q_target.load_state_dict(state["q_target"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from dask_podracer.agents.base import Metrics
 from dask_podracer.agents.ensemble import COMBINE_MODES
+from dask_podracer.agents.normalization import ObservationNormalizer
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -103,6 +104,7 @@ class OffPolicyLearner(Protocol):
 
     config: Any  # num_envs, steps_per_iteration, utd_ratio, batch_size, learning_starts, pipeline, max_policy_lag
     replay: ReplayBuffer
+    obs_norm: ObservationNormalizer
     env_steps: int
     updates: int
     behaviour: nn.Module  # the network the worker acts with (actor, or Q-network)
@@ -111,11 +113,12 @@ class OffPolicyLearner(Protocol):
     def random_action(self, n: int) -> Tensor: ...
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
-        """Exploring actions for obs `[B, obs_dim]`, acting with `behaviour` (the live network or a snapshot)."""
+        """Exploring actions for (normalised) obs `[B, obs_dim]`, acting with `behaviour` (the live network or
+        a snapshot)."""
         ...
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step on a sampled batch; returns detached scalar tensors."""
+        """One gradient step on a sampled (normalised) batch; returns detached scalar tensors."""
         ...
 
 
@@ -165,10 +168,22 @@ def env_step(agent: OffPolicyLearner, env: VecEnv, obs: Tensor, behaviour: nn.Mo
         action = agent.random_action(env.num_envs)
     else:
         with torch.no_grad():
-            action = agent.explore(obs, behaviour)
+            action = agent.explore(agent.obs_norm(obs), behaviour)
     next_obs, reward, terminated, _truncated, info = env.step(action)
     agent.env_steps += env.num_envs
     return next_obs, (obs, action, reward, info["final_obs"], terminated)
+
+
+def store_transition(agent: OffPolicyLearner, transition: tuple) -> None:
+    """Put a step's transitions in the replay buffer (raw) and its observations into the normalisation
+    statistics: one critical section in pipeline mode, so a batch sampled after it sees both."""
+    agent.obs_norm.update(transition[0])
+    agent.replay.add(*transition)
+
+
+def sample_batch(agent: OffPolicyLearner) -> dict[str, Tensor]:
+    """A batch for one update, observations normalised with the statistics so far."""
+    return agent.obs_norm.normalize_batch(agent.replay.sample(agent.config.batch_size))
 
 
 def ready_to_learn(agent: OffPolicyLearner) -> bool:
@@ -202,13 +217,13 @@ def offpolicy_iteration(agent: OffPolicyLearner, env: VecEnv, obs: Tensor) -> tu
     owed = 0
     for _ in range(cfg.steps_per_iteration):
         obs, transition = env_step(agent, env, obs, agent.behaviour)
-        agent.replay.add(*transition)
+        store_transition(agent, transition)
         owed += earned_updates(agent, env.num_envs)
     metrics: Metrics = {}
     if owed:
         started = stats.clock()
         for _ in range(owed):
-            losses = agent.update(agent.replay.sample(cfg.batch_size))
+            losses = agent.update(sample_batch(agent))
         metrics = {k: float(v) for k, v in losses.items()}  # one host sync per iteration, not per update
         stats.busy_seconds += stats.clock() - started
         metrics["learner_busy_fraction"] = stats.busy_fraction()

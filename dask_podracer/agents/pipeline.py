@@ -56,9 +56,8 @@ import torch
 from torch import Tensor
 
 from dask_podracer.agents.base import Metrics
-from dask_podracer.agents.offpolicy import OffPolicyLearner, earned_updates, env_step
+from dask_podracer.agents.offpolicy import OffPolicyLearner, earned_updates, env_step, sample_batch, store_transition
 from dask_podracer.envs import VecEnv
-
 
 _LIVE: weakref.WeakSet[_Pipeline] = weakref.WeakSet()
 
@@ -114,7 +113,7 @@ class _Pipeline:
         with self.replay_lock:
             if self.stream is not None:
                 torch.cuda.current_stream(self.device).wait_event(self.sampled)
-            agent.replay.add(*transition)
+            store_transition(agent, transition)
             if self.stream is not None:
                 self.added.record(torch.cuda.current_stream(self.device))
 
@@ -183,7 +182,7 @@ class _Pipeline:
         with self.replay_lock:
             if self.stream is not None:
                 self.stream.wait_event(self.added)  # the worker's latest add, queued on its stream
-            batch = agent.replay.sample(agent.config.batch_size)
+            batch = sample_batch(agent)
             if self.stream is not None:
                 self.sampled.record(self.stream)
         return batch

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.networks import ActionScale, mlp
+from dask_podracer.agents.normalization import ObservationNormalizer
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
 from dask_podracer.envs import VecEnv
 
@@ -57,6 +58,9 @@ class PPOConfig:
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy, in [-1, 1] action units"""
     normalize_advantages: bool = True
+    normalize_observations: bool = False
+    """feed the networks observations normalised by a running mean and variance of those collected (kept by the
+    agent, carried in checkpoints)"""
     """standardise advantages within each minibatch"""
     reward_scale: float = 0.1
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
@@ -212,11 +216,12 @@ class PPOAgent:
         self.buffer = RolloutBuffer(config.rollout_steps, config.num_envs, self.obs_dim,
                                     () if discrete else tuple(action_space.shape),
                                     torch.int64 if discrete else torch.float32, self.device)
+        self.obs_norm = ObservationNormalizer(self.obs_dim, config.normalize_observations, self.device)
         self.iterations = 0
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        obs = obs.reshape(obs.shape[0], -1).to(self.device, torch.float32)
+        obs = self.obs_norm(obs.reshape(obs.shape[0], -1).to(self.device, torch.float32))
         if deterministic:
             return self.actor.env_action(obs)
         action, _ = self.actor.sample(obs, self.generator)
@@ -237,10 +242,12 @@ class PPOAgent:
         ep_count = torch.zeros((), device=self.device)
         for t in range(self.config.rollout_steps):
             obs = obs.reshape(obs.shape[0], -1).to(torch.float32)
+            self.obs_norm.update(obs)
+            obs = self.obs_norm(obs)  # stored normalised: every epoch of this rollout sees one scale per step
             action, log_prob = self.actor.sample(obs, self.generator)
             value = self.value(obs)
             next_obs, reward, terminated, truncated, info = env.step(self.actor.env_action(obs, action))
-            final_obs = info["final_obs"].reshape(obs.shape[0], -1)
+            final_obs = self.obs_norm(info["final_obs"].reshape(obs.shape[0], -1).to(torch.float32))
             buf.add(t, obs, action, log_prob, value, reward * scale, final_obs, terminated, truncated)
             done = (terminated | truncated).float()
             ep_return_sum += (info["episode_return"] * done).sum()
@@ -299,10 +306,13 @@ class PPOAgent:
                 "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "iterations": self.iterations}
+        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "iterations": self.iterations}
+        self.obs_norm.save_into(state)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.obs_norm.load_from(state, self.algorithm)
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["optimizer"])

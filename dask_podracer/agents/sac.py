@@ -21,8 +21,18 @@ from torch import Tensor, nn
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
-from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
-                                            uniform_action, validate_ensemble, validate_offpolicy)
+from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.offpolicy import (
+    LoopStats,
+    check,
+    offpolicy_iteration,
+    pause,
+    regress,
+    td_target,
+    uniform_action,
+    validate_ensemble,
+    validate_offpolicy,
+)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -67,6 +77,9 @@ class SACConfig:
     """Heads in the random subset that "redq" takes the minimum over."""
     combine_weight: float = 0.5
     """"weighted" combines weight * min + (1 - weight) * mean (an L-estimator over the sorted heads)."""
+    normalize_observations: bool = False
+    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
+    agent, carried in checkpoints; the replay buffer keeps them raw)."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
@@ -103,6 +116,7 @@ class SACAgent:
         self.alpha_optim = adam([self.log_alpha], config.alpha_lr)
         self.target_entropy = -config.target_entropy_scale * act_dim
         self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
+        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
         self.behaviour = self.actor
         self.env_steps = 0
         self.updates = 0
@@ -111,7 +125,7 @@ class SACAgent:
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
-        action, _ = self.actor(obs.to(self.device, torch.float32), deterministic=deterministic)
+        action, _ = self.actor(self.obs_norm(obs.to(self.device, torch.float32)), deterministic=deterministic)
         return action
 
     def random_action(self, n: int) -> Tensor:
@@ -170,6 +184,7 @@ class SACAgent:
             "alpha_optim": self.alpha_optim.state_dict(),
             "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
+        self.obs_norm.save_into(state)
         if self.config.keep_replay:
             state["replay"] = self.replay.state_dict()
         return state
@@ -178,6 +193,7 @@ class SACAgent:
         """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
         pause(self, stop_learner=True)
         state = fit_ensemble_state(state, self.config.num_critics)
+        self.obs_norm.load_from(state, self.algorithm)
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])

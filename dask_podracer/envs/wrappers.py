@@ -7,6 +7,7 @@ attributes it does not define (spaces, `max_episode_steps`, `set_state`...) are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -50,16 +51,21 @@ class RunningMeanStd:
         batch = batch.to(torch.float64)
         b_mean, b_var, b_count = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
         delta, total = b_mean - self.mean, self.count + b_count
-        self.mean = self.mean + delta * b_count / total
         m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
-        self.var, self.count = m2 / total, total
+        # In place: a reader on another CUDA stream (a pipelined learner) ordered after this update by an
+        # event reads these same tensors, never memory the caching allocator has handed to something else.
+        self.mean.add_(delta * b_count / total)
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {"mean": self.mean, "var": self.var, "count": self.count}
+        """Copies: the statistics change in place."""
+        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count.clone()}
 
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         device = self.mean.device
-        self.mean, self.var, self.count = (state[k].to(device, torch.float64) for k in ("mean", "var", "count"))
+        self.mean, self.var, self.count = (torch.as_tensor(state[k]).to(device, torch.float64, copy=True)
+                                           for k in ("mean", "var", "count"))
 
 
 class NormalizeObservation(VecEnvWrapper):

@@ -8,9 +8,13 @@ is one line naming the worker, the store, the group or the resource.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from typing import Any
+
 from distributed import Client
 
-from dask_podracer.agents import make_agent
+from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.config import Config, ConfigError
 from dask_podracer.envs import make_vec_env
 from dask_podracer.population.cluster import ClusterError, Slots
@@ -62,6 +66,35 @@ def check_store_fits(config: Config) -> None:
         if algorithm is not None and algorithm != algorithms[group]:
             raise ConfigError(f"store '{url}' holds {algorithm} agents in group {group!r}, and this config makes "
                               f"{group!r} {algorithms[group]}: {again}")
+    for entry in board:
+        _check_entry_loads(config, entry, f"store '{url}' holds", again)
+
+
+NETWORK_SHAPING = ("hidden", "normalize_observations", "dueling")
+"""Hyper-parameters a checkpoint's networks are built by (their sizes, what they take as input): an agent
+with other values cannot load it."""
+
+
+def _check_entry_loads(config: Config, entry: dict[str, Any], holds: str, again: str) -> None:
+    """A new agent of the entry's group may start from the entry (tournament adoption, pbt copies): refuse a
+    config whose agents of that group are built with other networks."""
+    group = next((g for g in config.groups if g.name == entry.get("group")), None)
+    if group is None or "hparams" not in entry:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(algorithm_info(group.algorithm).config_cls)}
+    for name in NETWORK_SHAPING:
+        if name not in defaults or name in group.search:  # a searched value is each agent's own
+            continue
+        stored, configured = (_plain(h.get(name, defaults[name])) for h in (entry["hparams"], group.hparams))
+        if stored != configured:
+            raise ConfigError(f"{holds} {group.name!r} entry {entry['key']} trained with hparams.{name} = "
+                              f"{json.dumps(stored)}, and this config gives {group.name!r} {name} = "
+                              f"{json.dumps(configured)}: its new "
+                              f"agents could not load it; {again}")
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def check_resources(client: Client, slots: Slots, requested: str) -> None:

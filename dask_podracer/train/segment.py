@@ -154,7 +154,10 @@ def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: 
         state.pop(REPLAY, None)
     else:
         lost = _complete_replay(store, attrs, state, device)
-    agent.load_state_dict(state)
+    try:
+        agent.load_state_dict(state)
+    except ValueError as e:  # e.g. a parent trained with the other observation normalisation
+        raise SegmentError(f"segment {spec.key}: cannot continue parent {spec.parent}: {e}") from e
     return int(attrs["env_steps"]), lost
 
 

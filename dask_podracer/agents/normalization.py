@@ -1,0 +1,70 @@
+"""Observation normalisation owned by the agent: `hparams.normalize_observations = true`.
+
+The agent keeps a running mean and variance of the observations it collects and feeds its
+networks clip((obs - mean) / sqrt(var + eps), ±clip) (SB3's `VecNormalize`, ElegantRL's
+state normalisation). The statistics live in the agent, not in an env wrapper, so
+everything outside the agent keeps handing it raw observations: evaluation, `load_agent`,
+a child segment (they travel in the checkpoint), and the exported TorchScript policy
+(tracing records them as constants). Evaluation does not move them; only collection does.
+
+Off-policy agents keep raw observations in the replay buffer and normalise a sampled
+batch with the statistics of the moment, as SB3 does; PPO and A2C store normalised
+observations, so one rollout's epochs see one scale per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from dask_podracer.envs.wrappers import RunningMeanStd
+
+CLIP = 10.0
+"""Normalised observations are clipped to ±CLIP (SB3's `clip_obs` default)."""
+
+EPSILON = 1e-8
+
+
+class ObservationNormalizer:
+    """`normalizer(obs)`: obs `[B, obs_dim]` normalised by the statistics so far; the identity when disabled."""
+
+    def __init__(self, obs_dim: int, enabled: bool, device: torch.device) -> None:
+        self.enabled = enabled
+        self.rms = RunningMeanStd((obs_dim,), device)
+
+    def __call__(self, obs: Tensor) -> Tensor:
+        if not self.enabled:
+            return obs
+        z = (obs - self.rms.mean) / torch.sqrt(self.rms.var + EPSILON)
+        return z.clamp(-CLIP, CLIP).to(torch.float32)
+
+    def update(self, obs: Tensor) -> None:
+        """Take a batch of collected observations `[B, obs_dim]` into the statistics."""
+        if self.enabled:
+            self.rms.update(obs.reshape(obs.shape[0], -1))
+
+    def normalize_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A replay batch with its `obs` and `next_obs` normalised."""
+        if not self.enabled:
+            return batch
+        return {**batch, "obs": self(batch["obs"]), "next_obs": self(batch["next_obs"])}
+
+    def save_into(self, state: dict[str, Any]) -> None:
+        """Add the statistics to an agent's `state_dict()` (nothing when disabled)."""
+        if self.enabled:
+            state["obs_norm"] = self.rms.state_dict()
+
+    def load_from(self, state: Mapping[str, Any], algorithm: str) -> None:
+        """Restore the statistics from an agent's state; a checkpoint trained with the other setting is refused,
+        since its networks expect inputs on another scale."""
+        saved = "obs_norm" in state
+        if saved != self.enabled:
+            trained = "with" if saved else "without"
+            raise ValueError(f"this {algorithm} checkpoint was trained {trained} observation normalisation, and "
+                             f"hparams.normalize_observations is {str(self.enabled).lower()}: its networks expect "
+                             f"{'normalised' if saved else 'raw'} observations")
+        if saved:
+            self.rms.load_state_dict(state["obs_norm"])
