@@ -40,10 +40,10 @@ class A2CConfig:
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy, in [-1, 1] action units"""
     normalize_advantages: bool = False
+    """standardise advantages within each rollout"""
     normalize_observations: bool = False
     """feed the networks observations normalised by a running mean and variance of those collected (kept by the
     agent, carried in checkpoints)"""
-    """standardise advantages within each rollout"""
     reward_scale: float = 1.0
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0

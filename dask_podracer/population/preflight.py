@@ -67,7 +67,7 @@ def check_store_fits(config: Config) -> None:
             raise ConfigError(f"store '{url}' holds {algorithm} agents in group {group!r}, and this config makes "
                               f"{group!r} {algorithms[group]}: {again}")
     for entry in board:
-        _check_entry_loads(config, entry, f"store '{url}' holds", again)
+        _check_entry_loads(config, entry, url, again)
 
 
 NETWORK_SHAPING = ("hidden", "normalize_observations", "dueling")
@@ -75,7 +75,7 @@ NETWORK_SHAPING = ("hidden", "normalize_observations", "dueling")
 with other values cannot load it."""
 
 
-def _check_entry_loads(config: Config, entry: dict[str, Any], holds: str, again: str) -> None:
+def _check_entry_loads(config: Config, entry: dict[str, Any], url: str, again: str) -> None:
     """A new agent of the entry's group may start from the entry (tournament adoption, pbt copies): refuse a
     config whose agents of that group are built with other networks."""
     group = next((g for g in config.groups if g.name == entry.get("group")), None)
@@ -87,10 +87,9 @@ def _check_entry_loads(config: Config, entry: dict[str, Any], holds: str, again:
             continue
         stored, configured = (_plain(h.get(name, defaults[name])) for h in (entry["hparams"], group.hparams))
         if stored != configured:
-            raise ConfigError(f"{holds} {group.name!r} entry {entry['key']} trained with hparams.{name} = "
-                              f"{json.dumps(stored)}, and this config gives {group.name!r} {name} = "
-                              f"{json.dumps(configured)}: its new "
-                              f"agents could not load it; {again}")
+            raise ConfigError(f"store '{url}' holds {group.name!r} entry {entry['key']} trained with hparams.{name} "
+                              f"= {json.dumps(stored)}, and this config gives {group.name!r} {name} = "
+                              f"{json.dumps(configured)}: its new agents could not load it; {again}")
 
 
 def _plain(value: Any) -> Any:
