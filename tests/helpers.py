@@ -9,7 +9,11 @@ from dask_podracer.train import evaluate
 
 def train_agent(algorithm: str, hparams: dict, env_steps: int, seed: int = 0, env: str = "Pendulum"):
     torch.manual_seed(seed)
-    train_env = make_vec_env(env, hparams.get("num_envs", 4), seed=seed)
+    return train_in(make_vec_env(env, hparams.get("num_envs", 4), seed=seed), algorithm, hparams, env_steps, seed)
+
+
+def train_in(train_env, algorithm: str, hparams: dict, env_steps: int, seed: int = 0):
+    """A fresh agent trained in `train_env` (reset with `seed`) for at least `env_steps` env steps."""
     agent = make_agent(algorithm, train_env.single_observation_space, train_env.single_action_space, hparams)
     obs, _ = train_env.reset(seed=seed)
     steps = 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import train_in
 
 from dask_podracer.agents import make_agent
 from dask_podracer.agents.normalization import CLIP
@@ -53,15 +54,10 @@ def scaled(name: str, num_envs: int, seed: int) -> BadlyScaled:
 
 
 def train(algorithm: str, hparams: dict, env_steps: int, env: str = "Pendulum", seed: int = 0):
+    """An agent trained on the badly scaled `env`, and that env (what it handed out)."""
     torch.manual_seed(seed)
     train_env = scaled(env, hparams.get("num_envs", 4), seed)
-    agent = make_agent(algorithm, train_env.single_observation_space, train_env.single_action_space, hparams)
-    obs, _ = train_env.reset(seed=seed)
-    steps = 0
-    while steps < env_steps:
-        obs, n, _ = agent.train_iteration(train_env, obs)
-        steps += n
-    return agent, train_env
+    return train_in(train_env, algorithm, hparams, env_steps, seed), train_env
 
 
 FAST_SAC = {"hidden": (64, 64), "num_envs": 4, "utd_ratio": 1.0, "learning_starts": 500}

@@ -36,57 +36,54 @@ def docs_files(folder: Path) -> list[str]:
     return names
 
 
+def check_train_and_export(folder: Path, toml: str, env_name: str) -> tuple[dict, dict]:
+    """From `folder`, as a user would: `podracer check-env TOML`, `podracer train TOML` (which must reach its
+    target), then export_champion.py on the store. The run's summary and the champion's card."""
+    checked = subprocess.run([*PODRACER, "check-env", toml], cwd=folder, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith(f"{env_name}: keeps the VecEnv contract (8 envs on cpu, 50 steps")
+    trained = subprocess.run([*PODRACER, "train", toml, "--quiet", "--json", "summary.json", "--budget", "90s"],
+                             cwd=folder, capture_output=True, text=True, timeout=300, check=False)
+    assert trained.returncode == 0, trained.stderr
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
+    exported = subprocess.run([sys.executable, str(WORKFLOWS / "export_champion.py"), summary["store"], "champion",
+                               "--episodes", "4"], cwd=folder, capture_output=True, text=True, check=False)
+    assert exported.returncode == 0, exported.stderr
+    return summary, json.loads((folder / "champion" / "card.json").read_text())
+
+
+def assert_the_champion_learned(summary: dict, env) -> None:
+    """An untrained actor barely moves and scores about -38 on Reach; the stored champion goes to the centre."""
+    torch.manual_seed(0)
+    untrained = make_agent("sac", env.single_observation_space, env.single_action_space, {"hidden": [64, 64]})
+    assert evaluate(untrained, env, seed=1_000_003) < -25.0
+    champion = load_agent(PodracerStore(summary["store"]), summary["best_key"], replay=False)
+    assert evaluate(champion, env, seed=1_000_003) >= -10.0
+
+
 @pytest.mark.slow
 def test_the_docs_own_env_runs_as_written_through_the_cli(tmp_path, monkeypatch):
     assert docs_files(tmp_path) == ["my_envs.py", "reach.toml", "my_gym_envs.py", "reach_one.toml"]
-    # `podracer` run from the folder, as a user would: the module is found there, by the client and the workers
-    checked = subprocess.run([*PODRACER, "check-env", "reach.toml"], cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.startswith("my_envs:Reach: keeps the VecEnv contract (8 envs on cpu, 50 steps")
-    trained = subprocess.run([*PODRACER, "train", "reach.toml", "--quiet", "--json", "summary.json", "--budget", "90s"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
-    assert trained.returncode == 0, trained.stderr
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
-    # the workflows rebuild the env from the store, from the same folder
-    exported = subprocess.run([sys.executable, str(WORKFLOWS / "export_champion.py"), summary["store"], "champion",
-                               "--episodes", "4"], cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert exported.returncode == 0, exported.stderr
-    card = json.loads((tmp_path / "champion" / "card.json").read_text())
+    # `podracer` run from the folder: the module is found there, by the client and the workers, and the
+    # workflows that rebuild the env from the store find it too
+    summary, card = check_train_and_export(tmp_path, "reach.toml", "my_envs:Reach")
     assert card["env"] == "my_envs:Reach" and card["env_kwargs"] == {"speed": 0.2}
     assert card["evaluation"]["score"] >= -10.0 and card["gymnasium_evaluation"] is None
 
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    store = PodracerStore(summary["store"])
-    attrs = store.checkpoint_attrs(summary["best_key"])
+    attrs = PodracerStore(summary["store"]).checkpoint_attrs(summary["best_key"])
     assert attrs["env"] == "my_envs:Reach" and attrs["env_kwargs"] == {"speed": 0.2}
     env = make_vec_env("my_envs:Reach", 10, seed=1_000_003, speed=0.2)
     assert check_vec_env(env).truncations == 10
-    torch.manual_seed(0)
-    untrained = make_agent("sac", env.single_observation_space, env.single_action_space, {"hidden": [64, 64]})
-    # learning happened: an untrained actor barely moves and scores about -38; the champion goes to the centre
-    assert evaluate(untrained, env, seed=1_000_003) < -25.0
-    champion = load_agent(store, summary["best_key"], replay=False)
-    assert evaluate(champion, env, seed=1_000_003) >= -10.0
+    assert_the_champion_learned(summary, env)
 
 
 @pytest.mark.slow
 def test_the_docs_gymnasium_env_class_runs_as_written_through_the_cli_and_replays_in_gymnasium(tmp_path, monkeypatch):
     docs_files(tmp_path)
-    checked = subprocess.run([*PODRACER, "check-env", "reach_one.toml"], cwd=tmp_path, capture_output=True, text=True,
-                             check=False)
-    assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.startswith("my_gym_envs:ReachOne: keeps the VecEnv contract (8 envs on cpu, 50 steps")
-    trained = subprocess.run([*PODRACER, "train", "reach_one.toml", "--quiet", "--json", "summary.json", "--budget",
-                              "90s"], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
-    assert trained.returncode == 0, trained.stderr
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
-    exported = subprocess.run([sys.executable, str(WORKFLOWS / "export_champion.py"), summary["store"], "champion",
-                               "--episodes", "4"], cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert exported.returncode == 0, exported.stderr
-    card = json.loads((tmp_path / "champion" / "card.json").read_text())
+    summary, card = check_train_and_export(tmp_path, "reach_one.toml", "my_gym_envs:ReachOne")
     played = card["gymnasium_evaluation"]
     assert played["entry_point"] == "my_gym_envs:ReachOne" and played["env_kwargs"] == {"speed": 0.2,
                                                                                           "max_episode_steps": 50}
@@ -99,12 +96,8 @@ def test_the_docs_gymnasium_env_class_runs_as_written_through_the_cli_and_replay
     assert outcome["reproduced"] and not outcome["dask_podracer_imported"]
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    env = make_vec_env("my_gym_envs:ReachOne", 10, seed=1_000_003, speed=0.2, max_episode_steps=50)
-    torch.manual_seed(0)
-    untrained = make_agent("sac", env.single_observation_space, env.single_action_space, {"hidden": [64, 64]})
-    assert evaluate(untrained, env, seed=1_000_003) < -25.0  # learning happened
-    champion = load_agent(PodracerStore(summary["store"]), summary["best_key"], replay=False)
-    assert evaluate(champion, env, seed=1_000_003) >= -10.0
+    assert_the_champion_learned(summary, make_vec_env("my_gym_envs:ReachOne", 10, seed=1_000_003, speed=0.2,
+                                                      max_episode_steps=50))
 
 
 def test_a_gymnasium_env_class_is_stepped_by_gymnasiums_vector_envs(tmp_path, monkeypatch):

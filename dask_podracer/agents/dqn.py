@@ -27,15 +27,8 @@ from torch.nn import functional as F
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.networks import mlp, soft_update
 from dask_podracer.agents.normalization import ObservationNormalizer
-from dask_podracer.agents.offpolicy import (
-    LoopStats,
-    check,
-    offpolicy_iteration,
-    pause,
-    regress,
-    td_target,
-    validate_offpolicy,
-)
+from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
+                                            validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 

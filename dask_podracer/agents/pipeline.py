@@ -59,6 +59,7 @@ from dask_podracer.agents.base import Metrics
 from dask_podracer.agents.offpolicy import OffPolicyLearner, earned_updates, env_step, sample_batch, store_transition
 from dask_podracer.envs import VecEnv
 
+
 _LIVE: weakref.WeakSet[_Pipeline] = weakref.WeakSet()
 
 

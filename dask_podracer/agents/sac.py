@@ -22,17 +22,8 @@ from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_alg
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
 from dask_podracer.agents.normalization import ObservationNormalizer
-from dask_podracer.agents.offpolicy import (
-    LoopStats,
-    check,
-    offpolicy_iteration,
-    pause,
-    regress,
-    td_target,
-    uniform_action,
-    validate_ensemble,
-    validate_offpolicy,
-)
+from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
+                                            uniform_action, validate_ensemble, validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 

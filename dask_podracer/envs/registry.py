@@ -92,8 +92,7 @@ def _imported(name: str) -> EnvFactory:
         raise TypeError(f"env {name!r}: {attribute} is a {type(target).__name__}, not a VecEnv class or factory, "
                         f"or a gymnasium Env class")
     if is_gym_env_class(target):
-        env_class = target
-        return lambda **kwargs: make_gym_env_class_vec_env(name, env_class, **kwargs)
+        return lambda **kwargs: make_gym_env_class_vec_env(name, target, **kwargs)
 
     def build(**kwargs) -> VecEnv:
         env = target(**kwargs)
