@@ -220,6 +220,8 @@ def test_a_store_trained_with_other_env_kwargs_is_not_resumed(tmp_path):
     store.write_run_state({"env": "gym:Pendulum-v1", "env_kwargs": {"g": 4.0}, "machine": {"agents": []}})
     run = {"env": "gym:Pendulum-v1", "algorithm": "sac", "store": store.url}
     check_store_fits(config_from_dict({"run": {**run, "env_kwargs": {"g": 4.0}}}))  # the same: resumes
+    # a process per env instead of one process steps the same env: resumes
+    check_store_fits(config_from_dict({"run": {**run, "env_kwargs": {"g": 4.0, "vectorization_mode": "async"}}}))
     with pytest.raises(ConfigError, match=r"holds a tournament on 'gym:Pendulum-v1' with env_kwargs \{'g': 4.0\}, "
                                           r"and run.env_kwargs is \{'g': 9.0\}: resume it with the config"):
         check_store_fits(config_from_dict({"run": {**run, "env_kwargs": {"g": 9.0}}}))

@@ -95,6 +95,10 @@ def test_env_kwargs_build_the_env_are_recorded_and_must_match_the_parents(store)
         run_segment(spec(store, "b", parent="a", env_kwargs={"g": 9.0}, **pendulum))
     child = run_segment(spec(store, "c", parent="a", env_kwargs={"g": 4.0}, **pendulum))
     assert child.env_kwargs == {"g": 4.0} and child.total_env_steps == 200
+    # how the envs are stepped is not what they are: a child may step its parent's env another way
+    stepped = run_segment(spec(store, "d", parent="c", env_kwargs={"g": 4.0, "vectorization_mode": "sync"},
+                               **pendulum))
+    assert stepped.total_env_steps == 300
 
 
 def test_a_segment_run_twice_returns_the_saved_result_without_training_again(store):

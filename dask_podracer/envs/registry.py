@@ -110,6 +110,18 @@ VEC_ENV_ATTRIBUTES = ("num_envs", "device", "single_observation_space", "single_
                       "reset", "step", "close")
 
 
+HOW_STEPPED = ("vectorization_mode",)
+"""env_kwargs that choose how the envs are stepped (one process or a process per env), not what they are:
+a checkpoint continues under either."""
+
+
+def same_env(kwargs: dict, other: dict) -> bool:
+    """Whether two env_kwargs build the same env, whatever each says of how it is stepped."""
+    def what(k: dict) -> dict:
+        return {key: value for key, value in k.items() if key not in HOW_STEPPED}
+    return what(kwargs) == what(other)
+
+
 def make_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  **kwargs) -> VecEnv:
     """Build `num_envs` copies of the env called `name`, stepped as one batch on `device`."""

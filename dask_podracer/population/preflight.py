@@ -17,6 +17,7 @@ from distributed import Client
 from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.config import Config, ConfigError
 from dask_podracer.envs import make_vec_env
+from dask_podracer.envs.registry import same_env
 from dask_podracer.population.cluster import ClusterError, Slots
 from dask_podracer.store import PodracerStore, StoreError
 
@@ -52,7 +53,7 @@ def check_store_fits(config: Config) -> None:
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r}, and run.env is "
                           f"{config.run.env!r}: {again}")
     recorded_kwargs = state.get("env_kwargs", next((e.get("env_kwargs", {}) for e in board), {}))
-    if recorded is not None and recorded_kwargs != config.run.env_kwargs:
+    if recorded is not None and not same_env(recorded_kwargs, config.run.env_kwargs):
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r} with env_kwargs {recorded_kwargs}, "
                           f"and run.env_kwargs is {config.run.env_kwargs}: {again}")
     algorithms = {g.name: g.algorithm for g in config.groups}

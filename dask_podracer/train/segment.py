@@ -14,6 +14,7 @@ import torch
 
 from dask_podracer.agents import Agent, algorithm_info, finish_training, make_agent
 from dask_podracer.envs import make_vec_env
+from dask_podracer.envs.registry import same_env
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train.evaluate import episode_returns
 from dask_podracer.train.host_memory import restore_malloc_thresholds
@@ -145,7 +146,7 @@ def _load_parent(agent: Agent, store: PodracerStore, spec: SegmentSpec, device: 
     if attrs["algorithm"] != spec.algorithm or attrs["env"] != spec.env:
         raise SegmentError(f"segment {spec.key}: parent {spec.parent} is {attrs['algorithm']} on {attrs['env']}, "
                            f"not {spec.algorithm} on {spec.env}")
-    if attrs.get("env_kwargs", {}) != spec.env_kwargs:
+    if not same_env(attrs.get("env_kwargs", {}), spec.env_kwargs):
         raise SegmentError(f"segment {spec.key}: parent {spec.parent} trained on {attrs['env']} with env_kwargs "
                            f"{attrs.get('env_kwargs', {})}, not {spec.env_kwargs}")
     state = unflatten_state(attrs["structure"], checkpoint.arrays, device)
