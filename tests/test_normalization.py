@@ -1,5 +1,7 @@
 """hparams.normalize_observations: the agent keeps running observation statistics, its networks see normalised
-observations, everything outside it hands it raw ones; the statistics travel in checkpoints and exports."""
+observations, everything outside it hands it raw ones; the statistics travel in checkpoints and exports.
+hparams.normalize_rewards: the agent scales rewards by the running std of the discounted return; reported
+returns stay raw."""
 
 import json
 import subprocess
@@ -11,7 +13,7 @@ import torch
 from helpers import train_in
 
 from dask_podracer.agents import make_agent
-from dask_podracer.agents.normalization import CLIP
+from dask_podracer.agents.normalization import CLIP, EPSILON, RewardNormalizer
 from dask_podracer.agents.offpolicy import sample_batch
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.wrappers import VecEnvWrapper
@@ -192,3 +194,122 @@ def test_a_store_whose_entries_another_normalisation_or_width_built_is_not_resum
     assert "normalize_observations = true, and this config gives 'sac' normalize_observations = false" in \
         capsys.readouterr().err
     assert store.read_leaderboard() == [entry]
+
+
+# -- reward normalisation -------------------------------------------------------------------------------
+
+class RewardsTimes(VecEnvWrapper):
+    """Rewards multiplied by `factor`; records every step's (scaled) rewards and where episodes ended."""
+
+    def __init__(self, env, factor: float = 1.0) -> None:
+        super().__init__(env)
+        self.factor = factor
+        self.rewards: list[torch.Tensor] = []
+        self.dones: list[torch.Tensor] = []
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.rewards.append(reward * self.factor)
+        self.dones.append(terminated | truncated)
+        return obs, self.rewards[-1], terminated, truncated, info
+
+
+def reference_scales(rewards: list[torch.Tensor], dones: list[torch.Tensor], gamma: float):
+    """What each step's rewards should be divided by (the std of every discounted return so far, the current
+    ones included, under the statistics' prior of weight 1e-4 at mean 0, variance 1), written out plainly."""
+    prior, returns, seen, scales = 1e-4, torch.zeros_like(rewards[0], dtype=torch.float64), [], []
+    for reward, done in zip(rewards, dones):
+        returns = gamma * returns + reward.double()
+        seen.append(returns.clone())
+        g = torch.cat(seen)
+        total = prior + len(g)
+        mean, mean_square = g.sum() / total, (prior + (g ** 2).sum()) / total
+        scales.append(torch.sqrt(mean_square - mean ** 2 + EPSILON))
+        returns = torch.where(done, 0.0, returns)
+    return scales
+
+
+@pytest.mark.parametrize("algorithm, hparams, env", CASES, ids=[f"{a}-{e}" + ("-pipeline" if h.get("pipeline")
+                                                                                     else "") for a, h, e in CASES])
+def test_rewards_are_scaled_by_the_std_of_every_discounted_return_so_far(algorithm, hparams, env):
+    hparams = {**hparams, "normalize_rewards": True}
+    torch.manual_seed(0)
+    train_env = RewardsTimes(make_vec_env(env, hparams["num_envs"], seed=0), factor=3.0)
+    agent = train_in(train_env, algorithm, hparams, env_steps=160)
+    state = agent.state_dict()  # in pipeline mode: after the learner's owed updates
+    gamma = agent.config.gamma
+    scales = reference_scales(train_env.rewards, train_env.dones, gamma)
+    torch.testing.assert_close(agent.reward_norm.rms.var.sqrt(), scales[-1], rtol=1e-6, atol=0)
+    assert float(agent.reward_norm.rms.count) == pytest.approx(160, abs=1e-3)
+
+    if hasattr(agent, "replay"):  # raw rewards in the buffer; the learner's batches scaled by the latest std
+        size = agent.replay.size
+        torch.testing.assert_close(agent.replay.data["reward"][:size], torch.cat(train_env.rewards))
+        torch.manual_seed(7)
+        raw = agent.replay.sample(agent.config.batch_size)["reward"]
+        torch.manual_seed(7)
+        expected = (raw.double() / scales[-1]).clamp(-CLIP, CLIP).float()
+        torch.testing.assert_close(sample_batch(agent)["reward"], expected, rtol=1e-5, atol=1e-6)
+    else:  # the last rollout is stored scaled, each step by the std of the moment, then times reward_scale
+        steps = agent.config.rollout_steps
+        expected = torch.stack([(r.double() / s).clamp(-CLIP, CLIP) for r, s in
+                                zip(train_env.rewards[-steps:], scales[-steps:])]).float()
+        torch.testing.assert_close(agent.buffer.rewards, expected * agent.config.reward_scale, rtol=1e-5, atol=1e-6)
+
+    clone = make_agent(algorithm, train_env.single_observation_space, train_env.single_action_space, hparams)
+    clone.load_state_dict(unflatten_state(*flatten_state(state)[::-1]))  # as the store keeps it
+    torch.testing.assert_close(clone.reward_norm.rms.var, agent.reward_norm.rms.var)
+    # The other setting loads: no network depends on it. Off, the statistics are dropped; on, they start afresh.
+    plain = make_agent(algorithm, train_env.single_observation_space, train_env.single_action_space,
+                       {**hparams, "normalize_rewards": False})
+    plain.load_state_dict(state)
+    assert "reward_norm" not in plain.state_dict()
+    fresh = make_agent(algorithm, train_env.single_observation_space, train_env.single_action_space, hparams)
+    fresh.load_state_dict(plain.state_dict())
+    assert float(fresh.reward_norm.rms.count) == pytest.approx(1e-4)
+
+
+def test_the_normalised_rewards_do_not_depend_on_the_rewards_scale():
+    rewards = [torch.tensor([-3.0, -1.0, 0.5]), torch.tensor([-2.0, 4.0, 0.0]), torch.tensor([1.0, -1.0, 2.0])]
+    done = [torch.tensor([False, True, False]), torch.tensor([False, False, False]), torch.tensor([True] * 3)]
+    normalised = {}
+    for factor in (1.0, 1000.0):
+        normalizer = RewardNormalizer(3, 0.99, True, torch.device("cpu"))
+        out = []
+        for r, d in zip(rewards, done):
+            normalizer.update(r * factor, d)
+            out.append(normalizer(r * factor))
+        normalised[factor] = torch.stack(out)
+    # equal up to the prior's weight of 1e-4 in the statistics
+    torch.testing.assert_close(normalised[1.0], normalised[1000.0], rtol=1e-4, atol=0)
+    with pytest.raises(ValueError, match=r"rewards of \(4,\) envs, and the agent normalises the returns of "
+                                         r"num_envs = 3"):
+        RewardNormalizer(3, 0.99, True, torch.device("cpu")).update(torch.zeros(4), torch.zeros(4, dtype=torch.bool))
+
+
+def test_ppo_learns_pendulum_with_rewards_a_hundred_times_larger_only_with_normalised_rewards():
+    scores = {}
+    for normalize in (False, True):
+        torch.manual_seed(0)
+        env = RewardsTimes(make_vec_env("Pendulum", 64, seed=0), factor=100.0)
+        agent = train_in(env, "ppo", {"reward_scale": 1.0, "normalize_rewards": normalize}, env_steps=40_960)
+        scores[normalize] = evaluate(agent, make_vec_env("Pendulum", 10, seed=123), seed=123)  # raw rewards
+    # PPO's default reward_scale of 0.1 is tuned for Pendulum's own rewards; normalised, the scale is the env's
+    # no longer (the same agent on the unscaled env with reward_scale 1 and no normalisation stays near random)
+    assert scores[True] > -400, scores
+    assert scores[False] < -900, scores
+
+
+def test_a_child_segment_continues_its_parents_reward_statistics_and_may_switch_them_off(tmp_path):
+    store = PodracerStore(tmp_path / "r.zarr", create=True)
+    hparams = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32, "normalize_rewards": True}
+    common = {"store_url": store.url, "env": "Pendulum-v1", "algorithm": "sac", "env_steps": 100,
+              "eval_episodes": 3}
+    run_segment(SegmentSpec(key="parent", seed=1, hparams=hparams, **common))
+    run_segment(SegmentSpec(key="child", parent="parent", seed=2, hparams=hparams, generation=1, **common))
+    parent, child = load_agent(store, "parent", replay=False), load_agent(store, "child", replay=False)
+    assert float(parent.reward_norm.rms.count) == pytest.approx(100, abs=1e-3)
+    assert float(child.reward_norm.rms.count) == pytest.approx(200, abs=1e-3)  # the parent's 100, then its own
+    off = run_segment(SegmentSpec(key="off", parent="child", seed=3, generation=2,
+                                  hparams={**hparams, "normalize_rewards": False}, **common))
+    assert off.total_env_steps == 300 and "reward_norm" not in load_agent(store, "off", replay=False).state_dict()

@@ -44,6 +44,10 @@ class A2CConfig:
     normalize_observations: bool = False
     """feed the networks observations normalised by a running mean and variance of those collected (kept by the
     agent, carried in checkpoints)"""
+    normalize_rewards: bool = False
+    """scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
+    carried in checkpoints; reward_scale still multiplies the result, so set it to 1 for SB3's VecNormalize;
+    reported returns stay raw)"""
     reward_scale: float = 1.0
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0

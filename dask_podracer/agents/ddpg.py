@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
-from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.offpolicy import (LoopStats, check, gaussian_explore, offpolicy_iteration, pause, regress,
                                             smoothed_target_action, td_target, uniform_action, validate_ensemble,
                                             validate_offpolicy)
@@ -81,6 +81,9 @@ class DDPGConfig:
     normalize_observations: bool = False
     """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
     agent, carried in checkpoints; the replay buffer keeps them raw)."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
+    carried in checkpoints; the replay buffer keeps them raw, reported returns stay raw)."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
@@ -121,6 +124,7 @@ class DDPGAgent:
         self.critic_optim = adam(self.critic.parameters(), config.critic_lr)
         self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
         self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
+        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.behaviour = self.actor
         self.env_steps = 0
         self.updates = 0
@@ -188,6 +192,7 @@ class DDPGAgent:
             "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
         self.obs_norm.save_into(state)
+        self.reward_norm.save_into(state)
         if self.config.keep_replay:
             state["replay"] = self.replay.state_dict()
         return state
@@ -197,6 +202,7 @@ class DDPGAgent:
         pause(self, stop_learner=True)
         state = fit_ensemble_state(state, self.config.num_critics)
         self.obs_norm.load_from(state, self.algorithm)
+        self.reward_norm.load_from(state)
         for name in ("actor", "actor_target", "critic", "critic_target", "actor_optim", "critic_optim"):
             getattr(self, name).load_state_dict(state[name])
         set_learning_rate(self.actor_optim, self.config.actor_lr)

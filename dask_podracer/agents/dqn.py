@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.networks import mlp, soft_update
-from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
                                             validate_offpolicy)
 from dask_podracer.agents.replay import ReplayBuffer
@@ -72,6 +72,9 @@ class DQNConfig:
     normalize_observations: bool = False
     """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
     agent, carried in checkpoints; the replay buffer keeps them raw)."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
+    carried in checkpoints; the replay buffer keeps them raw, reported returns stay raw)."""
     keep_replay: bool = True
     """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
     pipeline: bool = False
@@ -156,6 +159,7 @@ class DQNAgent:
         self.optimizer = adam(self.q_net.parameters(), config.learning_rate)
         self.replay = ReplayBuffer(config.buffer_size, obs_dim, 1, device)
         self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
+        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.behaviour = self.q_net
         self.env_steps = 0
         self.updates = 0
@@ -210,6 +214,7 @@ class DQNAgent:
             "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
         self.obs_norm.save_into(state)
+        self.reward_norm.save_into(state)
         if self.config.keep_replay:
             state["replay"] = self.replay.state_dict()
         return state
@@ -217,6 +222,7 @@ class DQNAgent:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         pause(self, stop_learner=True)
         self.obs_norm.load_from(state, self.algorithm)
+        self.reward_norm.load_from(state)
         self.q_net.load_state_dict(state["q_net"])
         self.q_target.load_state_dict(state["q_target"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -1,4 +1,4 @@
-"""Observation normalisation owned by the agent: `hparams.normalize_observations = true`.
+"""Observation and reward normalisation owned by the agent: `hparams.normalize_observations = true`.
 
 The agent keeps a running mean and variance of the observations it collects and feeds its
 networks clip((obs - mean) / sqrt(var + eps), ±clip) (SB3's `VecNormalize`, ElegantRL's
@@ -10,6 +10,15 @@ a child segment (they travel in the checkpoint), and the exported TorchScript po
 Off-policy agents keep raw observations in the replay buffer and normalise a sampled
 batch with the statistics of the moment, as SB3 does; PPO and A2C store normalised
 observations, so one rollout's epochs see one scale per step.
+
+Reward normalisation (`hparams.normalize_rewards = true`) divides each reward by the running
+standard deviation of the discounted return (SB3's `VecNormalize(norm_reward=True)`,
+gymnasium's `NormalizeReward`): no shift, so a reward's sign, and the point where an
+episode should end, are kept. Off-policy agents store raw rewards and scale a sampled batch,
+PPO and A2C store scaled ones; evaluation and every reported return stay raw. Its statistics
+travel in checkpoints too, but a checkpoint from the other setting loads: no network's shape
+or input depends on it, and its critic re-learns the scale, as after a change of
+`reward_scale`.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from torch import Tensor
 from dask_podracer.envs.wrappers import RunningMeanStd
 
 CLIP = 10.0
-"""Normalised observations are clipped to ±CLIP (SB3's `clip_obs` default)."""
+"""Normalised observations and rewards are clipped to ±CLIP (SB3's `clip_obs` and `clip_reward` defaults)."""
 
 EPSILON = 1e-8
 
@@ -68,3 +77,45 @@ class ObservationNormalizer:
                              f"{'normalised' if saved else 'raw'} observations")
         if saved:
             self.rms.load_state_dict(state["obs_norm"])
+
+
+class RewardNormalizer:
+    """`normalizer(reward)`: reward / sqrt(var(G) + eps) clipped to ±CLIP, where G is each env's discounted
+    return so far (G <- gamma * G + reward, restarted where an episode ends); the identity when disabled."""
+
+    def __init__(self, num_envs: int, gamma: float, enabled: bool, device: torch.device) -> None:
+        self.enabled, self.gamma = enabled, gamma
+        self.rms = RunningMeanStd((), device)
+        # Not checkpointed: a segment starts its envs afresh, so every G restarts at 0 anyway.
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+
+    def __call__(self, reward: Tensor) -> Tensor:
+        if not self.enabled:
+            return reward
+        return (reward / torch.sqrt(self.rms.var + EPSILON)).clamp(-CLIP, CLIP).to(reward.dtype)
+
+    def update(self, reward: Tensor, done: Tensor) -> None:
+        """Take one env step's rewards `[num_envs]` into the returns and their statistics; `done` marks the
+        envs whose episode ended with this step (terminated or truncated)."""
+        if self.enabled:
+            if reward.shape != self.returns.shape:
+                raise ValueError(f"rewards of {tuple(reward.shape)} envs, and the agent normalises the returns "
+                                 f"of num_envs = {self.returns.shape[0]}")
+            self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
+            self.rms.update(self.returns)
+            self.returns.masked_fill_(done, 0.0)
+
+    def normalize_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A replay batch with its `reward` scaled."""
+        if not self.enabled:
+            return batch
+        return {**batch, "reward": self(batch["reward"])}
+
+    def save_into(self, state: dict[str, Any]) -> None:
+        if self.enabled:
+            state["reward_norm"] = self.rms.state_dict()
+
+    def load_from(self, state: Mapping[str, Any]) -> None:
+        """Restore the statistics if the checkpoint has them and this agent uses them; otherwise start afresh."""
+        if self.enabled and "reward_norm" in state:
+            self.rms.load_state_dict(state["reward_norm"])

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from dask_podracer.agents.base import Metrics
 from dask_podracer.agents.ensemble import COMBINE_MODES
-from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -105,6 +105,7 @@ class OffPolicyLearner(Protocol):
     config: Any  # num_envs, steps_per_iteration, utd_ratio, batch_size, learning_starts, pipeline, max_policy_lag
     replay: ReplayBuffer
     obs_norm: ObservationNormalizer
+    reward_norm: RewardNormalizer
     env_steps: int
     updates: int
     behaviour: nn.Module  # the network the worker acts with (actor, or Q-network)
@@ -163,27 +164,30 @@ class LoopStats:
 
 def env_step(agent: OffPolicyLearner, env: VecEnv, obs: Tensor, behaviour: nn.Module) -> tuple[Tensor, tuple]:
     """Step every env once acting with `behaviour` (uniformly random until `learning_starts`). Returns the next
-    obs and the transition `(obs, action, reward, final_obs, terminated)`, not yet stored."""
+    obs and the transition `(obs, action, reward, final_obs, terminated, truncated)`, not yet stored."""
     if agent.env_steps < agent.config.learning_starts:
         action = agent.random_action(env.num_envs)
     else:
         with torch.no_grad():
             action = agent.explore(agent.obs_norm(obs), behaviour)
-    next_obs, reward, terminated, _truncated, info = env.step(action)
+    next_obs, reward, terminated, truncated, info = env.step(action)
     agent.env_steps += env.num_envs
-    return next_obs, (obs, action, reward, info["final_obs"], terminated)
+    return next_obs, (obs, action, reward, info["final_obs"], terminated, truncated)
 
 
 def store_transition(agent: OffPolicyLearner, transition: tuple) -> None:
-    """Put a step's transitions in the replay buffer (raw) and its observations into the normalisation
-    statistics: one critical section in pipeline mode, so a batch sampled after it sees both."""
-    agent.obs_norm.update(transition[0])
-    agent.replay.add(*transition)
+    """Put a step's transitions in the replay buffer (raw) and its observations and rewards into the
+    normalisation statistics: one critical section in pipeline mode, so a batch sampled after it sees both."""
+    obs, action, reward, final_obs, terminated, truncated = transition
+    agent.obs_norm.update(obs)
+    agent.reward_norm.update(reward, terminated | truncated)
+    agent.replay.add(obs, action, reward, final_obs, terminated)
 
 
 def sample_batch(agent: OffPolicyLearner) -> dict[str, Tensor]:
-    """A batch for one update, observations normalised with the statistics so far."""
-    return agent.obs_norm.normalize_batch(agent.replay.sample(agent.config.batch_size))
+    """A batch for one update, observations and rewards normalised with the statistics so far."""
+    batch = agent.replay.sample(agent.config.batch_size)
+    return agent.reward_norm.normalize_batch(agent.obs_norm.normalize_batch(batch))
 
 
 def ready_to_learn(agent: OffPolicyLearner) -> bool:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
 from dask_podracer.agents.networks import ActionScale, mlp
-from dask_podracer.agents.normalization import ObservationNormalizer
+from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
 from dask_podracer.envs import VecEnv
 
@@ -62,6 +62,10 @@ class PPOConfig:
     normalize_observations: bool = False
     """feed the networks observations normalised by a running mean and variance of those collected (kept by the
     agent, carried in checkpoints)"""
+    normalize_rewards: bool = False
+    """scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
+    carried in checkpoints; reward_scale still multiplies the result, so set it to 1 for SB3's VecNormalize;
+    reported returns stay raw)"""
     reward_scale: float = 0.1
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
@@ -217,6 +221,7 @@ class PPOAgent:
                                     () if discrete else tuple(action_space.shape),
                                     torch.int64 if discrete else torch.float32, self.device)
         self.obs_norm = ObservationNormalizer(self.obs_dim, config.normalize_observations, self.device)
+        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, self.device)
         self.iterations = 0
 
     @torch.no_grad()
@@ -248,7 +253,8 @@ class PPOAgent:
             value = self.value(obs)
             next_obs, reward, terminated, truncated, info = env.step(self.actor.env_action(obs, action))
             final_obs = self.obs_norm(info["final_obs"].reshape(obs.shape[0], -1).to(torch.float32))
-            buf.add(t, obs, action, log_prob, value, reward * scale, final_obs, terminated, truncated)
+            self.reward_norm.update(reward, terminated | truncated)
+            buf.add(t, obs, action, log_prob, value, self.reward_norm(reward) * scale, final_obs, terminated, truncated)
             done = (terminated | truncated).float()
             ep_return_sum += (info["episode_return"] * done).sum()
             ep_count += done.sum()
@@ -309,10 +315,12 @@ class PPOAgent:
         state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
                  "optimizer": self.optimizer.state_dict(), "iterations": self.iterations}
         self.obs_norm.save_into(state)
+        self.reward_norm.save_into(state)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.obs_norm.load_from(state, self.algorithm)
+        self.reward_norm.load_from(state)
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.optimizer.load_state_dict(state["optimizer"])
