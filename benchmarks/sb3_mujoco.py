@@ -58,8 +58,8 @@ def main() -> None:
 
     import gymnasium as gym
     from stable_baselines3 import PPO, SAC
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     if args.threads:
         torch.set_num_threads(args.threads)

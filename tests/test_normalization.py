@@ -282,8 +282,8 @@ def test_the_normalised_rewards_do_not_depend_on_the_rewards_scale():
         normalised[factor] = torch.stack(out)
     # equal up to the prior's weight of 1e-4 in the statistics
     torch.testing.assert_close(normalised[1.0], normalised[1000.0], rtol=1e-4, atol=0)
-    with pytest.raises(ValueError, match=r"rewards of \(4,\) envs, and the agent normalises the returns of "
-                                         r"num_envs = 3"):
+    with pytest.raises(ValueError, match=r"a step of 4 rewards, and the agent normalises the returns of "
+                                         r"num_envs = 3 envs"):
         RewardNormalizer(3, 0.99, True, torch.device("cpu")).update(torch.zeros(4), torch.zeros(4, dtype=torch.bool))
 
 

@@ -1,4 +1,5 @@
-"""Observation and reward normalisation owned by the agent: `hparams.normalize_observations = true`.
+"""Observation and reward normalisation owned by the agent: `hparams.normalize_observations` and
+`hparams.normalize_rewards`.
 
 The agent keeps a running mean and variance of the observations it collects and feeds its
 networks clip((obs - mean) / sqrt(var + eps), ±clip) (SB3's `VecNormalize`, ElegantRL's
@@ -13,8 +14,8 @@ observations, so one rollout's epochs see one scale per step.
 
 Reward normalisation (`hparams.normalize_rewards = true`) divides each reward by the running
 standard deviation of the discounted return (SB3's `VecNormalize(norm_reward=True)`,
-gymnasium's `NormalizeReward`): no shift, so a reward's sign, and the point where an
-episode should end, are kept. Off-policy agents store raw rewards and scale a sampled batch,
+gymnasium's `NormalizeReward`), without a shift: shifting rewards would change whether
+ending an episode early pays. Off-policy agents store raw rewards and scale a sampled batch,
 PPO and A2C store scaled ones; evaluation and every reported return stay raw. Its statistics
 travel in checkpoints too, but a checkpoint from the other setting loads: no network's shape
 or input depends on it, and its critic re-learns the scale, as after a change of
@@ -99,8 +100,8 @@ class RewardNormalizer:
         envs whose episode ended with this step (terminated or truncated)."""
         if self.enabled:
             if reward.shape != self.returns.shape:
-                raise ValueError(f"rewards of {tuple(reward.shape)} envs, and the agent normalises the returns "
-                                 f"of num_envs = {self.returns.shape[0]}")
+                raise ValueError(f"a step of {reward.numel()} rewards, and the agent normalises the returns of "
+                                 f"num_envs = {self.returns.numel()} envs")
             self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
             self.rms.update(self.returns)
             self.returns.masked_fill_(done, 0.0)
