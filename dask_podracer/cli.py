@@ -135,14 +135,8 @@ def _tls_files(args: argparse.Namespace):
 
 
 def _run(config, scheduler: str | None, quiet: bool, tls=None):
-    from dask_podracer.population import (
-        ClusterError,
-        check_constructs,
-        check_store_fits,
-        connect,
-        embedded_client,
-        run_tournament,
-    )
+    from dask_podracer.population import (ClusterError, check_constructs, check_store_fits, connect, embedded_client,
+                                          run_tournament)
     from dask_podracer.store import StoreError
 
     try:

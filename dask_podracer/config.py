@@ -55,9 +55,9 @@ class RunConfig:
     """Seeds the generator and every segment (segment i uses a seed derived from it)."""
 
     def __post_init__(self) -> None:
-        _require(self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env)),
-                 "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv or gymnasium "
-                 f"Env as '<module>:<name>'", self.env)
+        known = self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env))
+        _require(known, "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv "
+                 f"or gymnasium Env as '<module>:<name>'", self.env)
         try:
             object.__setattr__(self, "env", canonical_env_name(self.env))
         except (ValueError, ImportError, TypeError) as e:  # an import path that does not lead to a VecEnv

@@ -86,10 +86,10 @@ CASES = [
     ("ppo", {"hidden": (32, 32), "num_envs": 4, "rollout_steps": 8, "num_minibatches": 2}, "Pendulum"),
     ("a2c", {"hidden": (32, 32), "num_envs": 4}, "CartPole"),
 ]
+CASE_IDS = [f"{a}-{e}" + ("-pipeline" if h.get("pipeline") else "") for a, h, e in CASES]
 
 
-@pytest.mark.parametrize("algorithm, hparams, env", CASES, ids=[f"{a}-{e}" + ("-pipeline" if h.get("pipeline")
-                                                                                     else "") for a, h, e in CASES])
+@pytest.mark.parametrize("algorithm, hparams, env", CASES, ids=CASE_IDS)
 def test_the_statistics_are_of_every_observation_acted_on_and_travel_in_the_state(algorithm, hparams, env):
     hparams = {**hparams, "normalize_observations": True}
     agent, train_env = train(algorithm, hparams, env_steps=160, env=env)
@@ -131,15 +131,20 @@ def test_evaluation_does_not_move_the_statistics():
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_a_child_segment_continues_its_parents_statistics_and_the_export_carries_them(tmp_path):
+def parent_and_child(tmp_path, setting: str):
+    """SAC segments "parent" (100 env steps) and "child" of it (100 more) with `setting` on, in a fresh store;
+    the store, the segments' hparams and common spec fields, and both agents loaded back."""
     store = PodracerStore(tmp_path / "n.zarr", create=True)
-    hparams = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32,
-               "normalize_observations": True}
+    hparams = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32, setting: True}
     common = {"store_url": store.url, "env": "Pendulum-v1", "algorithm": "sac", "env_steps": 100,
               "eval_episodes": 3}
     run_segment(SegmentSpec(key="parent", seed=1, hparams=hparams, **common))
     run_segment(SegmentSpec(key="child", parent="parent", seed=2, hparams=hparams, generation=1, **common))
-    parent, child = load_agent(store, "parent", replay=False), load_agent(store, "child", replay=False)
+    return store, hparams, common, load_agent(store, "parent", replay=False), load_agent(store, "child", replay=False)
+
+
+def test_a_child_segment_continues_its_parents_statistics_and_the_export_carries_them(tmp_path):
+    store, hparams, common, parent, child = parent_and_child(tmp_path, "normalize_observations")
     assert float(parent.obs_norm.rms.count) == pytest.approx(100, abs=1e-3)
     assert float(child.obs_norm.rms.count) == pytest.approx(200, abs=1e-3)  # the parent's 100, then its own
 
@@ -229,8 +234,7 @@ def reference_scales(rewards: list[torch.Tensor], dones: list[torch.Tensor], gam
     return scales
 
 
-@pytest.mark.parametrize("algorithm, hparams, env", CASES, ids=[f"{a}-{e}" + ("-pipeline" if h.get("pipeline")
-                                                                                     else "") for a, h, e in CASES])
+@pytest.mark.parametrize("algorithm, hparams, env", CASES, ids=CASE_IDS)
 def test_rewards_are_scaled_by_the_std_of_every_discounted_return_so_far(algorithm, hparams, env):
     hparams = {**hparams, "normalize_rewards": True}
     torch.manual_seed(0)
@@ -301,13 +305,7 @@ def test_ppo_learns_pendulum_with_rewards_a_hundred_times_larger_only_with_norma
 
 
 def test_a_child_segment_continues_its_parents_reward_statistics_and_may_switch_them_off(tmp_path):
-    store = PodracerStore(tmp_path / "r.zarr", create=True)
-    hparams = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32, "normalize_rewards": True}
-    common = {"store_url": store.url, "env": "Pendulum-v1", "algorithm": "sac", "env_steps": 100,
-              "eval_episodes": 3}
-    run_segment(SegmentSpec(key="parent", seed=1, hparams=hparams, **common))
-    run_segment(SegmentSpec(key="child", parent="parent", seed=2, hparams=hparams, generation=1, **common))
-    parent, child = load_agent(store, "parent", replay=False), load_agent(store, "child", replay=False)
+    store, hparams, common, parent, child = parent_and_child(tmp_path, "normalize_rewards")
     assert float(parent.reward_norm.rms.count) == pytest.approx(100, abs=1e-3)
     assert float(child.reward_norm.rms.count) == pytest.approx(200, abs=1e-3)  # the parent's 100, then its own
     off = run_segment(SegmentSpec(key="off", parent="child", seed=3, generation=2,

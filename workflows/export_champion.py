@@ -27,6 +27,7 @@ from replay_champion import play  # noqa: E402
 
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import GymVecEnv, make_vec_env
+from dask_podracer.envs.registry import HOW_STEPPED
 from dask_podracer.lineage import family_tree
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train import SegmentSpec, load_agent
@@ -101,10 +102,10 @@ GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0",
 def _gymnasium_evaluation(policy: torch.nn.Module, env, env_name: str, episodes: int, seed: int,
                           env_kwargs: dict) -> dict | None:
     """The exported policy in gymnasium's own env, seeds `seed`, `seed + 1`, ...: what replay_champion.py replays.
-    A gymnasium env is made with the env's kwargs, less `vectorization_mode` (a vector env's, not the env's);
+    A gymnasium env is made with the env's kwargs, less those of HOW_STEPPED (a vector env's, not the env's);
     with kwargs, our twins have no gymnasium counterpart. An Env class of your own is made from its import
     path, recorded as the `entry_point`."""
-    make_kwargs = {k: v for k, v in env_kwargs.items() if k != "vectorization_mode"}
+    make_kwargs = {k: v for k, v in env_kwargs.items() if k not in HOW_STEPPED}
     entry_point = None
     if isinstance(env, GymVecEnv) and env.env_class is not None:
         env_id = entry_point = env_name

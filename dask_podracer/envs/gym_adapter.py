@@ -34,8 +34,8 @@ PREFIX = "gym:"
 class GymVecEnv:
     """A gymnasium vector env presented as our VecEnv (torch tensors on `device`, float32 obs and reward)."""
 
-    def __init__(self, env_id: str | EnvSpec, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
-                 vectorization_mode: str = "sync", **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str | EnvSpec, num_envs: int, device: str | torch.device = "cpu",
+                 seed: int | None = None, vectorization_mode: str = "sync", **env_kwargs: Any) -> None:
         if vectorization_mode not in ("sync", "async"):
             raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
         if vectorization_mode == "async" and multiprocessing.current_process().daemon:

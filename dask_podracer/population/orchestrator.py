@@ -334,7 +334,8 @@ class _Loop:
             return
         self.state_written = self.flushed
         self.store.write_run_state({
-            "env": self.config.run.env, "env_kwargs": self.config.run.env_kwargs, "machine": self.machine.to_state(), "invocations": self.invocations,
+            "env": self.config.run.env, "env_kwargs": self.config.run.env_kwargs, "machine": self.machine.to_state(),
+            "invocations": self.invocations,
             "wall_seconds": self.wall_offset + self._elapsed(),
             "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,
             "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},
