@@ -1,7 +1,9 @@
-"""Ant on MuJoCo Warp (CPU here): gymnasium Ant-v5's numbers until the first contact, and the VecEnv contract.
+"""Ant on MuJoCo Warp: gymnasium Ant-v5's numbers until the first contact, and the VecEnv contract.
 
-Slow: MuJoCo Warp compiles its kernels on first use (~45-60 s on 2 cores; cached in
-~/.cache/warp afterwards), and on the CPU one Ant step of 4 worlds takes ~0.1-0.3 s.
+On the CPU, and on CUDA where there is a GPU: there the first step runs eagerly and later
+ones launch the captured CUDA graph, so the step-for-step test covers both.
+Slow: MuJoCo Warp compiles its kernels on first use (~45-60 s on 2 cores, ~80 s for CUDA;
+cached in ~/.cache/warp afterwards), and on the CPU one Ant step of 4 worlds takes ~0.1-0.3 s.
 """
 
 import gymnasium as gym
@@ -16,11 +18,13 @@ pytest.importorskip("mujoco_warp")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def warp_ant():
+@pytest.fixture(scope="module", params=[
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+])
+def warp_ant(request):
     from dask_podracer.envs import make_vec_env
 
-    return make_vec_env("WarpAnt-v0", 3, seed=0)
+    return make_vec_env("WarpAnt-v0", 3, device=request.param, seed=0)
 
 
 def test_matches_gymnasium_ant_step_for_step_before_contact(warp_ant):
@@ -45,7 +49,8 @@ def test_matches_gymnasium_ant_step_for_step_before_contact(warp_ant):
         for t in range(3):
             g_obs, g_reward, g_term, _, _ = g.step(actions[t, i])
             _, reward, terminated, _, info = ours[t]
-            np.testing.assert_allclose(info["final_obs"][i].numpy(), g_obs, atol=2e-4, err_msg=f"env {i} step {t}")
+            np.testing.assert_allclose(info["final_obs"][i].cpu().numpy(), g_obs, atol=2e-4,
+                                       err_msg=f"env {i} step {t}")
             assert reward[i].item() == pytest.approx(g_reward, abs=2e-4)
             assert bool(terminated[i]) == g_term
 
