@@ -7,6 +7,7 @@ import torch
 
 from dask_podracer.envs import PendulumVecEnv, canonical_env_name, make_vec_env, registered_envs
 from dask_podracer.envs.checker import VecEnvCheckError, check_vec_env
+from dask_podracer.envs.wrappers import EpisodeStatistics
 
 # A whole WarpAnt episode is 1000 steps at ~0.1-0.3 s each on this CPU: its checker runs (the
 # plain one and one forced through terminations) share one compiled env in that module.
@@ -192,3 +193,21 @@ def test_same_seed_same_trajectory_in_a_fresh_process():
         obs, *_ = env.step(torch.rand(8, 2, generator=g) * 2 - 1)
     assert here.strip() == repr(obs.sum().item())
     assert not math.isnan(float(here))
+
+
+def test_checker_passes_a_wrapper_that_forwards_through_getattr():
+    """Python 3.12's Protocol isinstance ignores __getattr__; the checker must not, as our wrappers forward with it."""
+    report = check_vec_env(EpisodeStatistics(make_vec_env("Pendulum", 3, seed=0)))
+    assert (report.terminations, report.truncations) == (0, 3)
+
+
+def test_checker_names_the_members_an_env_lacks():
+    class HalfAnEnv:
+        num_envs, device = 2, torch.device("cpu")
+
+        def reset(self, *, seed=None):
+            return torch.zeros(2, 1), {}
+
+    with pytest.raises(VecEnvCheckError, match="HalfAnEnv: lacks the VecEnv members single_observation_space, "
+                                               "single_action_space, max_episode_steps, step, close"):
+        check_vec_env(HalfAnEnv())

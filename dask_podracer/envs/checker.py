@@ -24,6 +24,10 @@ from dask_podracer.envs.base import TorchVecEnv, VecEnv
 
 Policy = Callable[[Tensor], Tensor]
 
+# Looked up with hasattr rather than isinstance(env, VecEnv): since Python 3.12 a Protocol check sees
+# only what is defined on the object or its class, so a wrapper forwarding through __getattr__ would fail.
+VEC_ENV_MEMBERS = (*VecEnv.__annotations__, "reset", "step", "close")
+
 
 class VecEnvCheckError(AssertionError):
     """An env broke the VecEnv contract."""
@@ -105,7 +109,8 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
     `policy` maps obs `[B, *obs_shape]` to actions (default: uniformly random actions),
     e.g. to drive an env to its terminal states. Returns what the checks covered.
     """
-    _require(isinstance(env, VecEnv), env, "does not have the VecEnv attributes and methods")
+    missing = [name for name in VEC_ENV_MEMBERS if not hasattr(env, name)]
+    _require(not missing, env, f"lacks the VecEnv members {', '.join(missing)}")
     _require(isinstance(env.num_envs, int) and env.num_envs >= 1, env, f"num_envs = {env.num_envs!r}")
     _require(isinstance(env.device, torch.device), env, f"device is {type(env.device).__name__}, not torch.device")
     _require(isinstance(env.max_episode_steps, int) and env.max_episode_steps >= 1, env, "max_episode_steps")
