@@ -88,7 +88,8 @@ def test_exported_champion_reproduces_its_score_in_a_process_without_dask_podrac
     champion = store.read_leaderboard()[0]
     assert card["key"] == champion["key"] and card["score"] == champion["score"]
     assert card["algorithm"] == "sac" and card["env"] == "Pendulum-v1" and card["lineage"]
-    # the card's evaluation is the leaderboard's: same seeds, same episodes, same score
+    # the card's evaluation is the leaderboard's: same seeds, same episodes, same device, same score
+    assert card["scored_on"] == card["evaluation"]["device"] == store.checkpoint_attrs(card["key"])["device"]
     assert card["evaluation"]["score"] == pytest.approx(card["score"], abs=1e-3)
     # the exported policy played in gymnasium itself, replayed with torch and gymnasium alone
     gym_card = card["gymnasium_evaluation"]
@@ -99,6 +100,20 @@ def test_exported_champion_reproduces_its_score_in_a_process_without_dask_podrac
     assert outcome["reproduced"] and outcome["score"] == gym_card["score"]
     assert outcome["dask_podracer_imported"] is False  # TorchScript and gymnasium alone
     assert -2000 < gym_card["score"] < 0  # Pendulum returns: gymnasium's own seeded episodes, not our twin's
+
+
+def test_the_export_repeats_an_evaluation_on_its_own_device_where_this_machine_has_it():
+    """A GPU-scored checkpoint is evaluated on that GPU, so the card reproduces its score; on a machine
+    without one, on the CPU (the card says so), where float differences may move the score a little."""
+    spec = importlib.util.spec_from_file_location("export_champion", WORKFLOWS / "export_champion.py")
+    export_champion = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export_champion)
+    import torch
+
+    assert export_champion.evaluation_device("cpu") == torch.device("cpu")
+    gpus = torch.cuda.device_count()
+    assert export_champion.evaluation_device("cuda") == torch.device("cuda" if gpus else "cpu")
+    assert export_champion.evaluation_device(f"cuda:{gpus}") == torch.device("cpu")  # one past the last GPU
 
 
 def test_an_exported_champion_of_an_env_with_kwargs_is_replayed_in_gymnasium_with_them(tmp_path):

@@ -7,9 +7,11 @@ actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage
 evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
 
 The card holds two evaluations: `evaluation`, on our vectorised env with the tournament's
-evaluation seed (it reproduces the leaderboard score), and, for gymnasium envs (ids, Env
-classes of your own) and our envs with a gymnasium twin, `gymnasium_evaluation`: the exported TorchScript policy played in gymnasium itself, one episode
-per seed. `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with
+evaluation seed (it reproduces the leaderboard score: it runs on the device the score was
+evaluated on, or on the CPU where this machine lacks it, and then float differences between
+devices may move it a little; `evaluation.device` and `scored_on` say which), and, for gymnasium
+envs (ids, Env classes of your own) and our envs with a gymnasium twin, `gymnasium_evaluation`:
+the exported TorchScript policy played in gymnasium itself, one episode per seed. `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with
 torch and gymnasium alone (and, for an Env class of your own, its module).
 """
 
@@ -54,8 +56,11 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         if not board:
             raise StoreError(f"the leaderboard of '{store.url}' is empty: nothing to export")
         key = board[0]["key"]
-    agent = load_agent(store, key, replay=False)  # a policy to act with: no buffer
+    agent = load_agent(store, key, replay=False)  # a policy to act with: no buffer; on the CPU, to trace
     attrs = store.checkpoint_attrs(key)
+    scored_on = attrs.get("device", "cpu")  # absent in checkpoints written before it was recorded
+    device = evaluation_device(scored_on)
+    evaluator = agent if device.type == "cpu" else load_agent(store, key, device=device, replay=False)
     env_kwargs = attrs.get("env_kwargs", {})
     env = make_vec_env(attrs["env"], 1, **env_kwargs)
     example = torch.as_tensor(env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)
@@ -68,7 +73,8 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "score": attrs["score"],
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
-        "evaluation": _evaluation(agent, attrs["env"], episodes, seed, env_kwargs),
+        "scored_on": scored_on,
+        "evaluation": _evaluation(evaluator, attrs["env"], episodes, seed, env_kwargs, device),
         "gymnasium_evaluation": _gymnasium_evaluation(scripted, env, attrs["env"], episodes, seed, env_kwargs),
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
         "observation_shape": list(env.single_observation_space.shape),
@@ -78,21 +84,33 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
     return card
 
 
+def evaluation_device(scored_on: str) -> torch.device:
+    """Where to repeat the evaluation a score came from: its own device if this machine has it, else the CPU.
+
+    The same env and network on another device give the same episodes only up to float
+    differences, which a long episode can grow, so the device it was scored on comes first."""
+    device = torch.device(scored_on)
+    if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count():
+        return device
+    return torch.device("cpu")
+
+
 @torch.no_grad()
-def _evaluation(agent, env_name: str, episodes: int, seed: int, env_kwargs: dict) -> dict:
+def _evaluation(agent, env_name: str, episodes: int, seed: int, env_kwargs: dict, device: torch.device) -> dict:
     """The deterministic evaluation the score comes from, with each episode's first observation and return,
     so it can be replayed without dask_podracer (e.g. in gymnasium from the same initial states)."""
-    env = make_vec_env(env_name, episodes, seed=seed, **env_kwargs)
+    env = make_vec_env(env_name, episodes, device=device, seed=seed, **env_kwargs)
     obs, _ = env.reset(seed=seed)
-    first = obs.clone()
-    returns = torch.zeros(episodes, dtype=torch.float64)
-    running = torch.ones(episodes, dtype=torch.bool)
+    first = obs.cpu()
+    returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)
+    running = torch.ones(episodes, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_steps):
         obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
         returns += reward.double() * running
         running &= ~(terminated | truncated)
-    return {"seed": seed, "episodes": episodes, "score": float(returns.mean()), "returns": returns.tolist(),
-            "initial_observations": first.tolist(), "max_episode_steps": env.max_episode_steps}
+    return {"seed": seed, "episodes": episodes, "device": str(env.device), "score": float(returns.mean()),
+            "returns": returns.tolist(), "initial_observations": first.tolist(),
+            "max_episode_steps": env.max_episode_steps}
 
 
 GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"}

@@ -113,7 +113,7 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
         "parent": result.parent, "generation": result.generation, "seed": seed,
         "score": result.score, "score_stderr": result.score_stderr, "env_steps": result.total_env_steps,
         "segment_env_steps": result.env_steps, "metrics": result.metrics, "structure": skeleton,
-        "env_kwargs": result.env_kwargs, **extra,
+        "env_kwargs": result.env_kwargs, "device": result.device, **extra,
     }
     store.save_checkpoint(key, arrays, attrs)
 
