@@ -102,7 +102,7 @@ def test_the_busy_fraction_counts_the_training_phase_not_the_pauses():
     assert stats.busy_fraction() == 4 / 6
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (not run on the development machine)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_cuda_pipeline_makes_the_updates_of_the_cpu_one():
     hparams = {**TINY, "learning_starts": 36, "utd_ratio": 1.5, "steps_per_iteration": 4, "pipeline": True}
     torch.manual_seed(0)

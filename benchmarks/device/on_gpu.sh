@@ -7,7 +7,9 @@
 #                                         # (arguments after `envs` go to benchmarks/env_throughput.py)
 #   benchmarks/device/on_gpu.sh tests     # the tests that need CUDA, and the env tests
 #   benchmarks/device/on_gpu.sh train     # the shipped Pendulum tournament with its segments on CUDA
-#   benchmarks/device/on_gpu.sh suite     # the whole test suite, as a user with a GPU would run it
+#   benchmarks/device/on_gpu.sh suite [PATHS]  # the test suite (or PATHS), as a user with a GPU would run it;
+#                                         # whole, it took over 15 minutes on an H100 machine: split it
+#                                         # across calls (docs/developing.md, "GPU figures")
 #
 # Every step first keeps the parts its call carried; the parts wait in .device/build, which the
 # machine keeps between calls while it stays warm. The other steps join them, check the sum and
@@ -51,6 +53,8 @@ install() {
         python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$site" "$build"/wheels/*.whl
         rm -r "$build/wheels.tar" "$build/wheels"
+        # dask_podracer itself, as a user installs it: the tests run the `podracer` console script
+        python3 -m pip install --quiet --no-index --no-deps --no-build-isolation --no-cache-dir -e .
         touch "$site/.installed"
     fi
     export PYTHONPATH="$PWD/$site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -83,7 +87,7 @@ train)
     ;;
 suite)
     install
-    python3 -m pytest -q -rs -p no:cacheprovider 2>&1 | tee "$out/suite.txt"
+    python3 -m pytest -q -rs -p no:cacheprovider --durations=20 "${@:2}" 2>&1 | tee "$out/suite.txt"
     ;;
 *)
     echo "unknown step '$step': collect, envs, tests, train or suite" >&2
