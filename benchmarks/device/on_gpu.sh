@@ -7,6 +7,8 @@
 #                                         # (arguments after `envs` go to benchmarks/env_throughput.py)
 #   benchmarks/device/on_gpu.sh tests     # the tests that need CUDA, and the env tests
 #   benchmarks/device/on_gpu.sh train     # the shipped Pendulum tournament with its segments on CUDA
+#   benchmarks/device/on_gpu.sh iteration # one SAC iteration of that tournament on CUDA and on the CPU:
+#                                         # ms, torch ops, torch.profiler's top ops
 #   benchmarks/device/on_gpu.sh suite [PATHS]  # the test suite (or PATHS), as a user with a GPU would run it;
 #                                         # whole, it took over 15 minutes on an H100 machine: split it
 #                                         # across calls (docs/developing.md, "GPU figures")
@@ -17,7 +19,7 @@
 # brings it back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-step="${1:?usage: on_gpu.sh collect|envs|tests|train|suite}"
+step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|suite}"
 out="${OUT:-/tmp/podracer-out}"
 device="${PODRACER_DEVICE:-cuda}"  # cpu only to rehearse this script on a machine without one
 build=.device/build
@@ -85,12 +87,18 @@ train)
     python3 -m dask_podracer.cli train workflows/configs/pendulum.toml --store "$build/pendulum.zarr" \
         --budget 3m --json "$out/train.json" --quiet 2>&1 | tee "$out/train.txt"
     ;;
+iteration)
+    install
+    for dev in cuda cpu; do
+        python3 benchmarks/iteration_cost.py --device "$dev" --profile "${@:2}"
+    done 2>&1 | tee "$out/iteration.txt"
+    ;;
 suite)
     install
     python3 -m pytest -q -rs -p no:cacheprovider --durations=20 "${@:2}" 2>&1 | tee "$out/suite.txt"
     ;;
 *)
-    echo "unknown step '$step': collect, envs, tests, train or suite" >&2
+    echo "unknown step '$step': collect, envs, tests, train, iteration or suite" >&2
     exit 2
     ;;
 esac
