@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from distributed import LocalCluster
 
 from dask_podracer.config import load_config, parse_duration
@@ -102,13 +103,13 @@ def test_exported_champion_reproduces_its_score_in_a_process_without_dask_podrac
     assert -2000 < gym_card["score"] < 0  # Pendulum returns: gymnasium's own seeded episodes, not our twin's
 
 
-def test_the_export_repeats_an_evaluation_on_its_own_device_where_this_machine_has_it():
+def test_the_export_repeats_an_evaluation_on_its_own_device_where_this_machine_has_it(monkeypatch):
     """A GPU-scored checkpoint is evaluated on that GPU, so the card reproduces its score; on a machine
     without one, on the CPU (the card says so), where float differences may move the score a little."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts workflows/ first on it
     spec = importlib.util.spec_from_file_location("export_champion", WORKFLOWS / "export_champion.py")
     export_champion = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(export_champion)
-    import torch
 
     assert export_champion.evaluation_device("cpu") == torch.device("cpu")
     gpus = torch.cuda.device_count()

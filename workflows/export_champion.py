@@ -11,8 +11,9 @@ evaluation seed (it reproduces the leaderboard score: it runs on the device the 
 evaluated on, or on the CPU where this machine lacks it, and then float differences between
 devices may move it a little; `evaluation.device` and `scored_on` say which), and, for gymnasium
 envs (ids, Env classes of your own) and our envs with a gymnasium twin, `gymnasium_evaluation`:
-the exported TorchScript policy played in gymnasium itself, one episode per seed. `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with
-torch and gymnasium alone (and, for an Env class of your own, its module).
+the exported TorchScript policy played in gymnasium itself, one episode per seed.
+`python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with torch and
+gymnasium alone (and, for an Env class of your own, its module).
 """
 
 from __future__ import annotations
