@@ -46,6 +46,12 @@ class VecEnv(Protocol):
     def close(self) -> None: ...
 
 
+VEC_ENV_MEMBERS = (*VecEnv.__annotations__, "reset", "step", "close")
+"""What an object needs to be a VecEnv. Look them up with hasattr rather than `isinstance(env, VecEnv)`:
+since Python 3.12 a Protocol check sees only what is defined on the object or its class, so an env
+that forwards through __getattr__ (our wrappers do) would fail it."""
+
+
 def canonical_device(device: str | torch.device) -> torch.device:
     """The device that tensors made on `device` report: "cuda" -> "cuda:<current>", "cpu:0" -> "cpu".
 

@@ -20,13 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import TorchVecEnv, VecEnv
+from dask_podracer.envs.base import VEC_ENV_MEMBERS, TorchVecEnv, VecEnv
 
 Policy = Callable[[Tensor], Tensor]
-
-# Looked up with hasattr rather than isinstance(env, VecEnv): since Python 3.12 a Protocol check sees
-# only what is defined on the object or its class, so a wrapper forwarding through __getattr__ would fail.
-VEC_ENV_MEMBERS = (*VecEnv.__annotations__, "reset", "step", "close")
 
 
 class VecEnvCheckError(AssertionError):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 from dask_podracer.envs.acrobot import AcrobotVecEnv
-from dask_podracer.envs.base import VecEnv
+from dask_podracer.envs.base import VEC_ENV_MEMBERS, VecEnv
 from dask_podracer.envs.cartpole import CartPoleVecEnv
 from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
 from dask_podracer.envs.gym_adapter import is_gym_env_class, make_gym_env_class_vec_env, make_gym_vec_env
@@ -96,7 +96,7 @@ def _imported(name: str) -> EnvFactory:
 
     def build(**kwargs) -> VecEnv:
         env = target(**kwargs)
-        missing = [a for a in VEC_ENV_ATTRIBUTES if not hasattr(env, a)]
+        missing = [a for a in VEC_ENV_MEMBERS if not hasattr(env, a)]
         if missing:
             raise TypeError(f"env {name!r} built a {type(env).__name__}, which is not a VecEnv: it has no "
                             f"{', '.join(missing)} (see dask_podracer.envs.VecEnv, or subclass TorchVecEnv; "
@@ -104,10 +104,6 @@ def _imported(name: str) -> EnvFactory:
         return env
 
     return build
-
-
-VEC_ENV_ATTRIBUTES = ("num_envs", "device", "single_observation_space", "single_action_space", "max_episode_steps",
-                      "reset", "step", "close")
 
 
 HOW_STEPPED = ("vectorization_mode",)
