@@ -22,9 +22,9 @@ import torch
 
 from dask_podracer.agents import make_agent
 from dask_podracer.envs import make_vec_env
-from dask_podracer.train import evaluate
+from dask_podracer.train import SegmentSpec, evaluate
 
-EVAL_SEED = 1_000_003
+EVAL_SEED = SegmentSpec.eval_seed  # the seed segments evaluate with
 
 SETTINGS = {
     "none": {},

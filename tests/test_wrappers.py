@@ -39,7 +39,7 @@ def test_normalize_reward_scales_by_the_discounted_return_std_and_keeps_raw():
     env.reset()
     for _ in range(100):
         _, reward, _, _, info = env.step(torch.zeros(64, 1))
-    expected = info["raw_reward"] / torch.sqrt(env.return_rms.var + 1e-8)
+    expected = info["raw_reward"] / torch.sqrt(env.scale.rms.var + 1e-8)
     torch.testing.assert_close(reward, expected.float())
     assert float(reward.abs().mean()) < float(info["raw_reward"].abs().mean())
     assert float(info["episode_return"].mean()) < -50  # episode statistics stay in raw units
@@ -70,7 +70,7 @@ def test_normalize_reward_while_learning_matches_plain_numpy():
         var = (prior_count * (1.0 + mean**2) + ((seen - mean) ** 2).sum()) / count
         expected = np.clip(raw / np.sqrt(var + 1e-8), -clip, clip)
         np.testing.assert_allclose(reward.numpy(), expected, rtol=1e-5, err_msg=f"step {t}")
-        np.testing.assert_allclose(float(env.return_rms.var), var, rtol=1e-9)
+        np.testing.assert_allclose(float(env.scale.rms.var), var, rtol=1e-9)
         done = (terminated | truncated).numpy()
         discounted[done] = 0.0
         clipped += int((np.abs(raw / np.sqrt(var + 1e-8)) > clip).sum())

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.wrappers import RunningMeanStd
+from dask_podracer.envs.wrappers import DiscountedReturnScale, RunningMeanStd
 
 CLIP = 10.0
 """Normalised observations and rewards are clipped to ±CLIP (SB3's `clip_obs` and `clip_reward` defaults)."""
@@ -80,20 +80,17 @@ class ObservationNormalizer:
             self.rms.load_state_dict(state["obs_norm"])
 
 
-class RewardNormalizer:
+class RewardNormalizer(DiscountedReturnScale):
     """`normalizer(reward)`: reward / sqrt(var(G) + eps) clipped to ±CLIP, where G is each env's discounted
-    return so far (G <- gamma * G + reward, restarted where an episode ends); the identity when disabled."""
+    return so far (G <- gamma * G + reward, restarted where an episode ends); the identity when disabled.
+    Its G is not checkpointed: a segment starts its envs afresh, so every G restarts at 0 anyway."""
 
     def __init__(self, num_envs: int, gamma: float, enabled: bool, device: torch.device) -> None:
-        self.enabled, self.gamma = enabled, gamma
-        self.rms = RunningMeanStd((), device)
-        # Not checkpointed: a segment starts its envs afresh, so every G restarts at 0 anyway.
-        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+        super().__init__(num_envs, gamma, device, CLIP, EPSILON)
+        self.enabled = enabled
 
     def __call__(self, reward: Tensor) -> Tensor:
-        if not self.enabled:
-            return reward
-        return (reward / torch.sqrt(self.rms.var + EPSILON)).clamp(-CLIP, CLIP).to(reward.dtype)
+        return super().__call__(reward) if self.enabled else reward
 
     def update(self, reward: Tensor, done: Tensor) -> None:
         """Take one env step's rewards `[num_envs]` into the returns and their statistics; `done` marks the
@@ -102,9 +99,7 @@ class RewardNormalizer:
             if reward.shape != self.returns.shape:
                 raise ValueError(f"a step of {reward.numel()} rewards, and the agent normalises the returns of "
                                  f"num_envs = {self.returns.numel()} envs")
-            self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
-            self.rms.update(self.returns)
-            self.returns.masked_fill_(done, 0.0)
+            super().update(reward, done)
 
     def normalize_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """A replay batch with its `reward` scaled."""

@@ -100,8 +100,33 @@ class NormalizeObservation(VecEnvWrapper):
         return self.normalize(obs), reward, terminated, truncated, info
 
 
+class DiscountedReturnScale:
+    """`scale(reward)` = clip(reward / sqrt(var(G) + eps), ±clip), G each env's running discounted return.
+
+    `update(reward, done)` takes in one env step: G ← γ·G + reward, then var(G) takes in this
+    step's G (unless `learn` is false), then G restarts at 0 where `done`. The rule of
+    `NormalizeReward` and of the agents' `normalize_rewards`, kept once.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, device: torch.device, clip: float = 10.0,
+                 epsilon: float = 1e-8) -> None:
+        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        self.rms = RunningMeanStd((), device)
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)
+
+    def update(self, reward: Tensor, done: Tensor, learn: bool = True) -> None:
+        self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
+        if learn:
+            self.rms.update(self.returns)
+        self.returns.masked_fill_(done, 0.0)
+
+    def __call__(self, reward: Tensor) -> Tensor:
+        return (reward / torch.sqrt(self.rms.var + self.epsilon)).clamp(-self.clip, self.clip).to(reward.dtype)
+
+
 class NormalizeReward(VecEnvWrapper):
-    """reward → clip(reward / sqrt(var(G) + eps), ±clip), G each env's running discounted return.
+    """reward → clip(reward / sqrt(var(G) + eps), ±clip), G each env's running discounted return
+    (`DiscountedReturnScale`).
 
     G ← γ·G + reward, then var(G) takes in this step's G (while `training`), then G restarts
     at 0 where the episode ended, by termination or truncation. Like gymnasium's vector
@@ -114,22 +139,17 @@ class NormalizeReward(VecEnvWrapper):
 
     def __init__(self, env: VecEnv, gamma: float = 0.99, clip: float = 10.0, epsilon: float = 1e-8) -> None:
         super().__init__(env)
-        self.return_rms = RunningMeanStd((), env.device)
-        self.discounted = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
-        self.gamma, self.clip, self.epsilon, self.training = gamma, clip, epsilon, True
+        self.scale = DiscountedReturnScale(env.num_envs, gamma, env.device, clip, epsilon)
+        self.training = True
 
     def reset(self, *, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
-        self.discounted.zero_()
+        self.scale.returns.zero_()
         return self.env.reset(seed=seed)
 
     def step(self, actions: Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(actions)
-        self.discounted = self.discounted * self.gamma + reward.to(torch.float64)
-        if self.training:
-            self.return_rms.update(self.discounted)
-        self.discounted = self.discounted.masked_fill(terminated | truncated, 0.0)
-        scaled = (reward / torch.sqrt(self.return_rms.var + self.epsilon)).clamp(-self.clip, self.clip)
-        return obs, scaled.to(torch.float32), terminated, truncated, {**info, "raw_reward": reward}
+        self.scale.update(reward, terminated | truncated, learn=self.training)
+        return obs, self.scale(reward).to(torch.float32), terminated, truncated, {**info, "raw_reward": reward}
 
 
 class EpisodeStatistics(VecEnvWrapper):
