@@ -68,3 +68,26 @@ def segment_that_kills_its_worker_first(spec):
     if spec.key.startswith("s000000-"):
         os.kill(os.getpid(), signal.SIGKILL)
     return segment_task(spec)
+
+
+def segment_that_damages_its_checkpoint_then_dies(spec):
+    """A segment function for a real cluster: the first segment (key s000000-...) trains and saves for real,
+    rewrites its saved score (leaving the checksum), and SIGKILLs its worker, once: a worker that died after
+    saving a checkpoint that was then damaged. Dask's rerun finds that checkpoint. Every other segment trains."""
+    import json
+    import os
+    import signal
+    from pathlib import Path
+
+    from dask_podracer.population.tasks import segment_task
+
+    died = Path(spec.store_url).with_name(f"{spec.key}.died")
+    if not spec.key.startswith("s000000-") or died.exists():
+        return segment_task(spec)
+    segment_task(spec)
+    meta = Path(spec.store_url) / "checkpoints" / spec.key / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["attrs"]["score"] = 0.0  # better than any Pendulum agent
+    meta.write_text(json.dumps(doc))
+    died.write_text("")
+    os.kill(os.getpid(), signal.SIGKILL)

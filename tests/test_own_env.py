@@ -48,17 +48,18 @@ def check_train_and_export(folder: Path, toml: str, env_name: str) -> tuple[dict
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["stop_reason"] == "target" and summary["best_score"] >= -10.0
     exported = subprocess.run([sys.executable, str(WORKFLOWS / "export_champion.py"), summary["store"], "champion",
-                               "--episodes", "4"], cwd=folder, capture_output=True, text=True, check=False)
+                               "--episodes", "4", "--env", env_name], cwd=folder, capture_output=True, text=True,
+                              check=False)
     assert exported.returncode == 0, exported.stderr
     return summary, json.loads((folder / "champion" / "card.json").read_text())
 
 
-def assert_the_champion_learned(summary: dict, env) -> None:
+def assert_the_champion_learned(summary: dict, env, env_name: str) -> None:
     """An untrained actor barely moves and scores about -38 on Reach; the stored champion goes to the centre."""
     torch.manual_seed(0)
     untrained = make_agent("sac", env.single_observation_space, env.single_action_space, {"hidden": [64, 64]})
     assert evaluate(untrained, env, seed=1_000_003) < -25.0
-    champion = load_agent(PodracerStore(summary["store"]), summary["best_key"], replay=False)
+    champion = load_agent(PodracerStore(summary["store"]), summary["best_key"], replay=False, env=env_name)
     assert evaluate(champion, env, seed=1_000_003) >= -10.0
 
 
@@ -77,7 +78,7 @@ def test_the_docs_own_env_runs_as_written_through_the_cli(tmp_path, monkeypatch)
     assert attrs["env"] == "my_envs:Reach" and attrs["env_kwargs"] == {"speed": 0.2}
     env = make_vec_env("my_envs:Reach", 10, seed=1_000_003, speed=0.2)
     assert check_vec_env(env).truncations == 10
-    assert_the_champion_learned(summary, env)
+    assert_the_champion_learned(summary, env, "my_envs:Reach")
 
 
 @pytest.mark.slow
@@ -89,15 +90,16 @@ def test_the_docs_gymnasium_env_class_runs_as_written_through_the_cli_and_replay
                                                                                           "max_episode_steps": 50}
     # the same episodes, stepped by gymnasium one env at a time and by the adapter as a batch
     assert played["returns"] == pytest.approx(card["evaluation"]["returns"], abs=1e-4)
-    replayed = subprocess.run([sys.executable, str(WORKFLOWS / "replay_champion.py"), "champion", "--json"],
-                              cwd=tmp_path, capture_output=True, text=True, check=False)
+    replayed = subprocess.run([sys.executable, str(WORKFLOWS / "replay_champion.py"), "champion", "--json",
+                               "--env", "my_gym_envs:ReachOne"], cwd=tmp_path, capture_output=True, text=True,
+                              check=False)
     assert replayed.returncode == 0, replayed.stderr
     outcome = json.loads(replayed.stdout)
     assert outcome["reproduced"] and not outcome["dask_podracer_imported"]
 
     monkeypatch.syspath_prepend(str(tmp_path))
     assert_the_champion_learned(summary, make_vec_env("my_gym_envs:ReachOne", 10, seed=1_000_003, speed=0.2,
-                                                      max_episode_steps=50))
+                                                      max_episode_steps=50), "my_gym_envs:ReachOne")
 
 
 def test_a_gymnasium_env_class_is_stepped_by_gymnasiums_vector_envs(tmp_path, monkeypatch):

@@ -1,10 +1,11 @@
 """Evaluate the top K of a leaderboard on fresh seeds and write a report (JSON and Markdown).
 
-    python workflows/evaluate_top.py STORE [--top 5] [--episodes 20] [--seed 7] [--out report]
+    python workflows/evaluate_top.py STORE [--top 5] [--episodes 20] [--seed 7] [--out report] [--env ENV]
 
 Scores on the leaderboard come from the seeds the tournament evaluated with; this
 re-evaluates each entry deterministically on `--episodes` envs reset from `--seed`, so a
-lucky checkpoint shows as one.
+lucky checkpoint shows as one. Entries trained on an env of your own ("my_envs:Arm") are evaluated
+only with `--env my_envs:Arm`: loading a store imports no code you did not name.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from pathlib import Path
 import torch
 
 from dask_podracer.cli import import_from_working_directory
-from dask_podracer.envs import make_vec_env
+from dask_podracer.envs import StoredEnvRefused, make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train import evaluate, load_agent
 
 
-def report(store: PodracerStore, top: int, episodes: int, seed: int) -> list[dict]:
+def report(store: PodracerStore, top: int, episodes: int, seed: int, env: str | None = None) -> list[dict]:
+    """The top `top` entries, each re-evaluated on `episodes` episodes from `seed`; `env` as in `load_agent`."""
     rows = []
     for rank, entry in enumerate(store.read_leaderboard()[:top], 1):
-        agent = load_agent(store, entry["key"], replay=False)  # evaluation only acts
+        agent = load_agent(store, entry["key"], replay=False, env=env)  # evaluation only acts
         attrs = store.checkpoint_attrs(entry["key"])
-        env = make_vec_env(attrs["env"], episodes, seed=seed, **attrs.get("env_kwargs", {}))
-        fresh = evaluate(agent, env, seed=seed)
+        episodes_env = make_vec_env(attrs["env"], episodes, seed=seed, **attrs.get("env_kwargs", {}))
+        fresh = evaluate(agent, episodes_env, seed=seed)
         rows.append({"rank": rank, "key": entry["key"], "algorithm": entry["algorithm"],
                      "leaderboard_score": entry["score"], "fresh_score": fresh, "env_steps": entry["env_steps"]})
     return rows
@@ -41,12 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", default="report", help="writes OUT.json and OUT.md")
+    parser.add_argument("--env", help="the env the entries are trained on; needed for an env of your own "
+                                      "('my_envs:Arm'), whose module the store would otherwise import unasked")
     args = parser.parse_args(argv)
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)
     try:
-        rows = report(PodracerStore(args.store), args.top, args.episodes, args.seed)
-    except StoreError as e:
+        rows = report(PodracerStore(args.store), args.top, args.episodes, args.seed, env=args.env)
+    except (StoreError, StoredEnvRefused) as e:
         print(f"evaluate_top: error: {e}", file=sys.stderr)
         return 2
     Path(f"{args.out}.json").write_text(json.dumps(rows, indent=2) + "\n")

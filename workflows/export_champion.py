@@ -1,6 +1,6 @@
 """Export a store's champion: a TorchScript policy and a JSON card, loadable without dask_podracer.
 
-    python workflows/export_champion.py STORE OUT_DIR [--key KEY] [--episodes 10]
+    python workflows/export_champion.py STORE OUT_DIR [--key KEY] [--episodes 10] [--env ENV]
 
 Writes OUT_DIR/policy.pt (TorchScript: observations [B, obs_dim] float32 -> deterministic
 actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage, and the
@@ -14,6 +14,9 @@ envs (ids, Env classes of your own) and our envs with a gymnasium twin, `gymnasi
 the exported TorchScript policy played in gymnasium itself, one episode per seed.
 `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with torch and
 gymnasium alone (and, for an Env class of your own, its module).
+
+A champion trained on an env of your own ("my_envs:Arm") is exported only with `--env my_envs:Arm`:
+the store names that module, and loading a store imports no code you did not name.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_c
 from replay_champion import play  # noqa: E402
 
 from dask_podracer.cli import import_from_working_directory
-from dask_podracer.envs import GymVecEnv, make_vec_env
+from dask_podracer.envs import GymVecEnv, StoredEnvRefused, make_vec_env
 from dask_podracer.envs.registry import HOW_STEPPED
 from dask_podracer.lineage import family_tree
 from dask_podracer.store import PodracerStore, StoreError
@@ -51,20 +54,22 @@ class _Policy(torch.nn.Module):
 
 
 def export(store: PodracerStore, out: Path, key: str | None = None, episodes: int = 10,
-           seed: int = SegmentSpec.eval_seed) -> dict:
+           seed: int = SegmentSpec.eval_seed, env: str | None = None) -> dict:
+    """Write `out`/policy.pt and `out`/card.json for checkpoint `key` (default: the best); the card. `env` is
+    the env you expect: needed for one imported by path (see `load_agent`)."""
     board = store.read_leaderboard()
     if key is None:
         if not board:
             raise StoreError(f"the leaderboard of '{store.url}' is empty: nothing to export")
         key = board[0]["key"]
-    agent = load_agent(store, key, replay=False)  # a policy to act with: no buffer; on the CPU, to trace
+    agent = load_agent(store, key, replay=False, env=env)  # a policy to act with: no buffer; on the CPU, to trace
     attrs = store.checkpoint_attrs(key)
     scored_on = attrs.get("device", "cpu")  # absent in checkpoints written before it was recorded
     device = evaluation_device(scored_on)
-    evaluator = agent if device.type == "cpu" else load_agent(store, key, device=device, replay=False)
+    evaluator = agent if device.type == "cpu" else load_agent(store, key, device=device, replay=False, env=env)
     env_kwargs = attrs.get("env_kwargs", {})
-    env = make_vec_env(attrs["env"], 1, **env_kwargs)
-    example = torch.as_tensor(env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)
+    one_env = make_vec_env(attrs["env"], 1, **env_kwargs)
+    example = torch.as_tensor(one_env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)
     policy = _Policy(agent).requires_grad_(False)  # a traced graph keeps no no_grad context: drop grads here
     scripted = torch.jit.trace(policy, example.repeat(4, 1), check_trace=False)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,10 +81,10 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "hparams": attrs["hparams"], "store": store.url,
         "scored_on": scored_on,
         "evaluation": _evaluation(evaluator, attrs["env"], episodes, seed, env_kwargs, device),
-        "gymnasium_evaluation": _gymnasium_evaluation(scripted, env, attrs["env"], episodes, seed, env_kwargs),
+        "gymnasium_evaluation": _gymnasium_evaluation(scripted, one_env, attrs["env"], episodes, seed, env_kwargs),
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
-        "observation_shape": list(env.single_observation_space.shape),
-        "action_space": str(env.single_action_space),
+        "observation_shape": list(one_env.single_observation_space.shape),
+        "action_space": str(one_env.single_action_space),
     }
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
@@ -152,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=10,
                         help="evaluation episodes recorded in the card (the run's segment.eval_episodes reproduces "
                              "the leaderboard score)")
+    parser.add_argument("--env", help="the env the champion is trained on; needed for an env of your own "
+                                      "('my_envs:Arm'), whose module the store would otherwise import unasked")
     args = parser.parse_args(argv)
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
     try:
-        card = export(PodracerStore(args.store), Path(args.out), args.key, episodes=args.episodes)
-    except StoreError as e:
+        card = export(PodracerStore(args.store), Path(args.out), args.key, episodes=args.episodes, env=args.env)
+    except (StoreError, StoredEnvRefused) as e:
         print(f"export_champion: error: {e}", file=sys.stderr)
         return 2
     print(f"exported {card['key']} ({card['algorithm']} on {card['env']}, score {card['score']:.1f}) to {args.out}")

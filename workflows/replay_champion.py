@@ -9,8 +9,10 @@ figure with this same function, so on the same torch thread count the two agree 
 Exit status 0 when they do, 1 when they do not, 2 when the card has no gymnasium evaluation
 (an env with no gymnasium twin, such as PointChase-v0).
 
-An Env class of your own (the card's `entry_point`, "my_envs:Arm") is imported from the
-working directory, or wherever Python finds it.
+An Env class of your own (the card's `entry_point`, "my_envs:Arm"), or a gymnasium id with the module
+that registers it ("my_pkg.envs:Arm-v0"), is imported from the working directory, or wherever Python
+finds it, and only when `--env` names the card's env: a champion from elsewhere runs no module you did
+not name. (TorchScript's policy.pt is a program too, of torch operators only: see docs/faq.md.)
 """
 
 from __future__ import annotations
@@ -48,10 +50,34 @@ def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int], env_kwargs:
     return returns
 
 
+def imported_module(recorded: dict) -> str | None:
+    """The module that playing the card's gymnasium env imports: an Env class's (`entry_point`), or the one
+    gymnasium imports for a "<module>:<id>"; None for a plain gymnasium id. (dask_podracer's rule for stores,
+    `check_env_named`, restated: this script runs without dask_podracer.)"""
+    if recorded.get("entry_point"):
+        return recorded["entry_point"].partition(":")[0]
+    module, colon, _ = recorded["env_id"].partition(":")
+    return module if colon else None
+
+
+def refusal(card: dict, named: str | None) -> str | None:
+    """Why the card's env is not played: it imports a module and `--env` did not name it, or `--env` named
+    another env; None when it may be played."""
+    if named is not None and named != card.get("env"):
+        return f"card.json is of a champion on env {card.get('env')!r}, not on {named!r}"
+    module = imported_module(card["gymnasium_evaluation"])
+    if module is not None and named is None:
+        return (f"card.json's env {card.get('env')!r} would import module {module!r}; a champion's env is imported "
+                f"only where you name it: to allow it, run again with --env {card.get('env')}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("champion", help="the directory export_champion.py wrote (policy.pt, card.json)")
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    parser.add_argument("--env", help="the champion's env; needed for an env of your own ('my_envs:Arm'), whose "
+                                      "module the card would otherwise have imported unasked")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the exporter plays on one thread: the same count gives the same numbers
     folder = Path(args.champion)
@@ -60,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if not recorded:
         print(f"replay_champion: error: {card.get('env')} has no gymnasium twin; the card records no gymnasium "
               "evaluation to replay", file=sys.stderr)
+        return 2
+    refused = refusal(card, args.env)
+    if refused:
+        print(f"replay_champion: error: {refused}", file=sys.stderr)
         return 2
     if recorded.get("entry_point"):
         sys.path.insert(0, "")  # the module of an Env class of your own, beside where this runs (as python -m)

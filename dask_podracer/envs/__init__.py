@@ -9,7 +9,8 @@ from dask_podracer.envs.isaacgym import IsaacGymVecEnv
 from dask_podracer.envs.mountain_car import MountainCarContinuousVecEnv, MountainCarVecEnv
 from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
-from dask_podracer.envs.registry import canonical_env_name, make_vec_env, register_env, registered_envs
+from dask_podracer.envs.registry import (StoredEnvRefused, canonical_env_name, check_env_named, make_vec_env,
+                                         register_env, registered_envs)
 from dask_podracer.envs.warp_ant import WarpAntVecEnv
 from dask_podracer.envs.wrappers import EpisodeStatistics, NormalizeObservation, NormalizeReward, VecEnvWrapper
 
@@ -25,12 +26,14 @@ __all__ = [
     "NormalizeReward",
     "PendulumVecEnv",
     "PointChaseVecEnv",
+    "StoredEnvRefused",
     "TorchVecEnv",
     "VecEnv",
     "VecEnvCheckError",
     "VecEnvWrapper",
     "WarpAntVecEnv",
     "canonical_env_name",
+    "check_env_named",
     "check_vec_env",
     "make_vec_env",
     "register_env",

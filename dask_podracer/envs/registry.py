@@ -7,6 +7,10 @@ class or factory taking `num_envs`, `device` and `seed`, or a `gymnasium.Env` cl
 which gymnasium's vector envs step. A checkpoint records the name, so whatever
 loads it later (a segment on another worker, `load_agent`, the workflows) builds the
 same env from it.
+
+A name read from a store is not a name the caller gave: building an import-path env runs
+the module it names. `check_env_named` lets such an env be built only where the caller
+names the same env (see docs/faq.md, "What loading a store can and cannot do").
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def canonical_env_name(name: str) -> str:
     if name.startswith(GYM_PREFIX):
         return name
     _factory(name)
-    return _CANONICAL.get(name, name)
+    return canonical_name(name)
 
 
 def _factory(name: str) -> EnvFactory:
@@ -104,6 +108,47 @@ def _imported(name: str) -> EnvFactory:
         return env
 
     return build
+
+
+class StoredEnvRefused(ValueError):
+    """An env that a store names is not built: it would import a module and the caller did not name it, or
+    the caller named another env."""
+
+    def __init__(self, message: str, env: str) -> None:
+        super().__init__(message)
+        self.env = env
+        """The env the store names."""
+
+    def __reduce__(self) -> tuple:  # survives pickling, as every error a Dask task may raise
+        return (type(self), (str(self), self.env))
+
+
+def module_imported_by(name: str) -> str | None:
+    """The module that building env `name` imports, or None for a registered env or a plain gymnasium id,
+    which import nothing that a name can choose. An unknown name imports nothing: building it fails first."""
+    if name.startswith(GYM_PREFIX):
+        module, colon, _ = name.removeprefix(GYM_PREFIX).partition(":")  # gymnasium's own "<module>:<id>"
+        return module if colon else None
+    if name in _REGISTRY or not IMPORT_PATH.fullmatch(name):
+        return None
+    return name.partition(":")[0]
+
+
+def check_env_named(stored: str, named: str | None, source: str) -> None:
+    """Refuse to build `stored`, an env name read from `source` (a checkpoint, a card), unless building it
+    imports nothing or the caller named the same env (`named`); a named env that differs is refused too."""
+    if named is not None and canonical_name(named) != stored:
+        raise StoredEnvRefused(f"{source} is trained on env {stored!r}, not on {named!r}", stored)
+    module = module_imported_by(stored)
+    if module is not None and named is None:
+        raise StoredEnvRefused(f"{source} is trained on env {stored!r}, which would import module {module!r}; a "
+                               f"store's env is imported only where you name it: to allow it, name that env "
+                               f"(--env {stored} on the command line, env={stored!r} in Python)", stored)
+
+
+def canonical_name(name: str) -> str:
+    """`name` as checkpoints record it (an alias gives its registered name), importing nothing."""
+    return _CANONICAL.get(name, name)
 
 
 HOW_STEPPED = ("vectorization_mode",)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,8 +29,10 @@ from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
                                                  SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
                                                  Train)
-from dask_podracer.store import PodracerStore
+from dask_podracer.store import ChecksumError, PodracerStore, StoreError
 from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
+
+log = logging.getLogger(__name__)
 
 SegmentFunction = Callable[[SegmentSpec], SegmentResult]
 FLUSH_SECONDS = 1.0
@@ -151,6 +154,7 @@ class _Loop:
         self.flushed = 0.0  # when the tables were last written
         self.state_written = 0.0  # when the run state was last written
         self.recovered = 0
+        self.unwritable = False  # a table write failed (a full disk): this invocation writes no more
 
     def run(self) -> RunSummary:
         try:
@@ -180,7 +184,12 @@ class _Loop:
         for key in self.store.checkpoint_keys():
             if key in recorded or self.store.is_quarantined(key):
                 continue
-            result = result_from_attrs(key, self.store.checkpoint_attrs(key))
+            try:  # verified before its score is trusted: a damaged one is quarantined, never recorded
+                result = result_from_attrs(key, self.store.load_checkpoint(key).attrs)
+            except ChecksumError as e:
+                self.store.quarantine(key, f"ChecksumError: {e}")
+                log.warning("not recovering checkpoint %r: %s", key, e)
+                continue
             agent_id = self.machine.in_flight.get(key)
             instructions = self.machine.handle(SegmentRecovered(agent_id, result, resumed=self.continued))
             self.recovered += 1
@@ -216,7 +225,7 @@ class _Loop:
         else:
             error = self.last_error = _describe_error(outcome)
             self.failed += 1
-            damaged = train.plan.parent if error.startswith("ChecksumError") else None
+            damaged = _damaged_checkpoint(outcome)  # the parent's, or a rerun segment's own
             if damaged and not self.store.is_quarantined(damaged):
                 self.store.quarantine(damaged, error)
             event = SegmentFailed(train.agent, train.key, error, quarantined=damaged)
@@ -320,9 +329,19 @@ class _Loop:
         })
 
     def _flush(self) -> None:
-        """Write what changed: history first, then the board, then the state that refers to both."""
-        if not (self.dirty or self.unwritten_history):
+        """Write what changed: history first, then the board, then the state that refers to both. A store that
+        cannot be written (a full disk) stops the run: each write replaces one file whole, so what was
+        written before stays readable, and the next run on the store recovers the segments that finished."""
+        if self.unwritable or not (self.dirty or self.unwritten_history):
             return
+        try:
+            self._write_tables()
+        except OSError as e:
+            self.unwritable = True  # never again in this invocation: a half-done append must not be repeated
+            raise StoreError(f"cannot write to store '{self.store.url}' ({e.strerror or type(e).__name__}); what "
+                             f"it held before is kept: make room and run again to resume") from None
+
+    def _write_tables(self) -> None:
         self.dirty, self.flushed = False, time.monotonic()
         self.store.extend_history(self.unwritten_history)
         self.unwritten_history.clear()
@@ -383,6 +402,12 @@ def _planned(train: Train) -> dict[str, Any]:
 def describe_workers(client: Client) -> str:
     workers = client.scheduler_info(n_workers=-1)["workers"].values()
     return ", ".join(f"{w.get('name')}: {w.get('resources') or {}}" for w in workers) or "none"
+
+
+def _damaged_checkpoint(outcome: Any) -> str | None:
+    """The key of the checkpoint a failed segment found damaged, if its error is a ChecksumError."""
+    exception = outcome[1] if isinstance(outcome, tuple) and len(outcome) == 3 else outcome
+    return exception.key if isinstance(exception, ChecksumError) else None
 
 
 def _describe_error(exception: Any) -> str:

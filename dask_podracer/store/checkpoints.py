@@ -110,6 +110,17 @@ def publish(store: Store, key: str, names: list[str], attrs: Any, digest: str) -
     sync(write())
 
 
+def discard_unpublished(store: Store, key: str) -> None:
+    """Remove what a failed save of ``key`` wrote, unless it was published after all. Best effort: a store
+    that cannot be written may not allow deleting either, and then the unpublished group stays, invisible
+    to readers, until a save under that key replaces it."""
+    try:
+        if published_doc(store, key, "") is None:
+            sync(store.delete_dir(group_path(key)))
+    except (OSError, StoreError):
+        pass
+
+
 def published_doc(store: Store, key: str, where: str) -> dict[str, Any] | None:
     """The attributes of a published checkpoint, None if absent or unpublished."""
     meta = read_json(store, f"{group_path(key)}/zarr.json", where)
@@ -159,16 +170,17 @@ def read_checkpoint(store: Store, key: str, where: str) -> Checkpoint:
                 node = await za.open_array(store=store, path=path, mode="r", zarr_format=3)
                 return np.asarray(await node.getitem(...)) if node.size else np.empty(node.shape, node.dtype)
             except FileNotFoundError:  # zarr 3.1's ArrayNotFoundError subclasses it
-                raise ChecksumError(f"checkpoint '{key}' in store '{where}' lacks array '{name}'") from None
+                raise ChecksumError(f"checkpoint '{key}' in store '{where}' lacks array '{name}'", key) from None
             except ValueError as e:  # a truncated chunk or garbled array metadata fails to decode
                 reason = " ".join(str(e).split())  # one line, whatever zarr or numpy said
                 msg = f"checkpoint '{key}' in store '{where}': array '{name}' is unreadable ({reason})"
-                raise ChecksumError(msg) from None
+                raise ChecksumError(msg, key) from None
 
         return await asyncio.gather(*(read_one(n) for n in names))
 
     arrays = dict(zip(names, sync(read_all()), strict=True))
     attrs = doc["attrs"]
     if checksum(arrays, attrs) != doc["checksum"]:
-        raise ChecksumError(f"checkpoint '{key}' in store '{where}' does not match its checksum {doc['checksum']}")
+        raise ChecksumError(f"checkpoint '{key}' in store '{where}' does not match its checksum {doc['checksum']}",
+                            key)
     return Checkpoint(key=key, arrays=arrays, attrs=attrs)

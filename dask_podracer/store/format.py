@@ -36,6 +36,14 @@ class StoreError(Exception):
 class ChecksumError(StoreError):
     """A checkpoint's data does not match the checksum it was published with."""
 
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+        """The damaged checkpoint's key: the one to quarantine, whichever load found it."""
+
+    def __reduce__(self) -> tuple:  # survives pickling (a segment's error crosses from a Dask worker)
+        return (type(self), (str(self), self.key))
+
 
 class CheckpointNotFound(StoreError):
     """No checkpoint under this key, or one that was never published (still being written or crashed)."""

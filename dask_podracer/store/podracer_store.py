@@ -127,8 +127,13 @@ class PodracerStore:
                 f"checkpoint '{key}' already exists in store '{self._url}'; checkpoints are immutable, use a fresh key"
             )
         digest = checksum(ready, json_attrs)
-        ck.write_arrays(self._store, key, ready)
-        ck.publish(self._store, key, list(ready), json_attrs, digest)
+        try:
+            ck.write_arrays(self._store, key, ready)
+            ck.publish(self._store, key, list(ready), json_attrs, digest)
+        except OSError as e:  # a full disk, a lost mount: nothing was published, so nothing torn is visible
+            ck.discard_unpublished(self._store, key)  # gives back what was written, where it still can
+            raise StoreError(f"cannot save checkpoint '{key}' to store '{self._url}': "
+                             f"{e.strerror or type(e).__name__}; it was not published") from e
         return digest
 
     def _write_arrays(self, key: str, arrays: Mapping[str, np.ndarray]) -> None:

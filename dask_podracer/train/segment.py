@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from dask_podracer.agents import Agent, algorithm_info, finish_training, make_agent
-from dask_podracer.envs import make_vec_env
+from dask_podracer.envs import check_env_named, make_vec_env
 from dask_podracer.envs.registry import same_env
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train.evaluate import episode_returns
@@ -40,7 +40,10 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     torch.manual_seed(spec.seed)
     store = PodracerStore(spec.store_url)
     if store.has_checkpoint(spec.key):  # Dask ran this segment again (its worker died after saving)
-        return result_from_attrs(spec.key, store.checkpoint_attrs(spec.key), device=str(device))
+        # verified, as every checkpoint whose score is trusted: a damaged one raises ChecksumError naming
+        # its key, a quarantined one CheckpointNotFound, and neither reaches the leaderboard
+        saved = store.load_checkpoint(spec.key)
+        return result_from_attrs(spec.key, saved.attrs, device=str(device))
 
     hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
     env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=spec.seed, **spec.env_kwargs)
@@ -119,13 +122,17 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
 
 
 def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu",
-               hparams: dict | None = None, replay: bool = True) -> Agent:
+               hparams: dict | None = None, replay: bool = True, env: str | None = None) -> Agent:
     """Rebuild the agent saved under `key` (with its own hyper-parameters unless `hparams` is given).
 
     `replay=False` leaves its replay buffer empty: enough to act, and a shared buffer's ancestors
-    (`tournament.replay = "share"`) are then not read at all."""
+    (`tournament.replay = "share"`) are then not read at all. `env` is the env you expect it to be
+    trained on: a checkpoint on another is refused, and one whose env is imported by path
+    ("my_envs:Arm") loads only when you name it here, since building it runs that module
+    (UnnamedEnvError otherwise; registered envs and plain gymnasium ids need no name)."""
     checkpoint = store.load_checkpoint(key)
     attrs = checkpoint.attrs
+    check_env_named(attrs["env"], env, f"checkpoint '{key}' of store '{store.url}'")
     env = make_vec_env(attrs["env"], 1, device=device, **attrs.get("env_kwargs", {}))
     agent = make_agent(attrs["algorithm"], env.single_observation_space, env.single_action_space,
                        attrs["hparams"] if hparams is None else hparams, device)
