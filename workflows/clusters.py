@@ -13,54 +13,117 @@ without GPUs), and the store must be reachable by every worker: a shared filesys
 for slurm, an object-store URL (s3://..., gs://...) for kubernetes. Every scheduler
 preloads the live Podracer page of the Dask dashboard (`dask_podracer.population.dashboard_preload`);
 on kubernetes the scheduler and worker pods run PODRACER_IMAGE, an image with dask_podracer
-installed. Only `local` runs in this project's CI; the others follow those projects'
-documented APIs (dask-cuda 26.x, dask-jobqueue 0.9, dask-kubernetes 2026.x) and have not
-been run here (no GPU, Slurm or Kubernetes in CI).
+installed. The GPU is asked of Slurm and Kubernetes for the workers only.
+
+What is tested (tests/test_deployments.py, with dask-jobqueue and dask-kubernetes installed):
+the sbatch script SLURMCluster writes and the DaskCluster spec built with dask-kubernetes'
+`make_cluster_spec` (GPU request on the workers only, a worker command the installed
+distributed ships, `--resources` that give segments their slot); dask-cuda's arguments are
+checked against LocalCUDACluster's signature where dask-cuda is installed. Only `local`
+runs a tournament in this project's CI: no Slurm, Kubernetes cluster or GPU has run the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 from dask_podracer.config import ConfigError, load_config
 from dask_podracer.population import run_tournament
+from dask_podracer.population.cluster import CPU, GPU
+
+if TYPE_CHECKING:
+    from dask_jobqueue import SLURMCluster
+    from distributed import LocalCluster
+    from distributed.deploy import Cluster
 
 PRELOAD = "dask_podracer.population.dashboard_preload"
+GPU_WORKER_RESOURCES = {GPU: 1}
+"""What a worker of the cuda, slurm and kubernetes kinds advertises: its one GPU, one segment at a time."""
+KUBERNETES_GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
 
 
-def make_cluster(kind: str, workers: int):
+def resources_arg(resources: dict[str, float]) -> str:
+    """`--resources` of `dask worker`, e.g. "GPU=1"."""
+    return ",".join(f"{name}={amount:g}" for name, amount in resources.items())
+
+
+def local_cluster(workers: int) -> LocalCluster:
+    """N worker processes on 127.0.0.1, each running one segment at a time without a GPU."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0", resources={CPU: 1},
+                        scheduler_kwargs={"preload": [PRELOAD]})
+
+
+def cuda_cluster_kwargs() -> dict[str, Any]:
+    """LocalCUDACluster's arguments: one worker per visible GPU (its default), each advertising that GPU.
+
+    `host`, `dashboard_address`, `resources` and `scheduler_kwargs` are LocalCluster's: LocalCUDACluster
+    passes what it does not name on to it.
+    """
+    return {"threads_per_worker": 1, "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
+            "resources": dict(GPU_WORKER_RESOURCES), "scheduler_kwargs": {"preload": [PRELOAD]}}
+
+
+def slurm_cluster(scheduler_options: dict[str, Any] | None = None) -> SLURMCluster:
+    """A SLURMCluster with no job yet: its scheduler runs in this process; `scale(jobs=N)` submits the workers.
+
+    Each job is one worker process owning one GPU: `--gres` asks Slurm for it and `--resources`
+    advertises it. The scheduler listens on the default interface, where the compute nodes reach it;
+    `scheduler_options` overrides that (the tests bind it to 127.0.0.1). Edit the job options for your site.
+    """
+    from dask_jobqueue import SLURMCluster  # pip install dask-jobqueue
+
+    gpus = GPU_WORKER_RESOURCES[GPU]
+    # one thread runs the worker's one segment; the job still books 8 CPUs for its envs
+    return SLURMCluster(cores=1, processes=1, job_cpu=8, memory="64GB", walltime="04:00:00",
+                        job_extra_directives=[f"--gres=gpu:{gpus:g}"],
+                        worker_extra_args=["--resources", resources_arg(GPU_WORKER_RESOURCES)],
+                        scheduler_options={"preload": [PRELOAD], **(scheduler_options or {})})
+
+
+def kubernetes_cluster_spec(workers: int, image: str, name: str = "podracer") -> dict[str, Any]:
+    """The DaskCluster resource for dask-kubernetes' operator: N worker pods with one GPU each.
+
+    Built with `make_cluster_spec`, then corrected where its defaults do not fit: it gives `resources`
+    to the scheduler's container too (the GPU limit goes on the worker's only), and it starts both
+    with `dask-scheduler` / `dask-worker`, scripts distributed no longer ships (`dask scheduler`,
+    `dask worker` replaced them).
+    """
+    from dask_kubernetes.operator import make_cluster_spec  # pip install dask-kubernetes
+
+    spec = make_cluster_spec(name=name, image=image, n_workers=workers,
+                             worker_command=["dask", "worker", "--resources", resources_arg(GPU_WORKER_RESOURCES),
+                                             "--nthreads", "1"])
+    worker = spec["spec"]["worker"]["spec"]["containers"][0]
+    worker["resources"] = {"limits": {KUBERNETES_GPU: f"{GPU_WORKER_RESOURCES[GPU]:g}"}}
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    # 0.0.0.0 inside its pod, where the scheduler's Service reaches it
+    scheduler["args"] = ["dask", "scheduler", "--host", "0.0.0.0", "--preload", PRELOAD]
+    return spec
+
+
+def make_cluster(kind: str, workers: int) -> Cluster:
+    """A started cluster of `kind`; Slurm jobs are submitted and Kubernetes pods created here."""
     if kind == "local":
-        from distributed import LocalCluster
-
-        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                            dashboard_address="127.0.0.1:0", resources={"CPU": 1},
-                            scheduler_kwargs={"preload": [PRELOAD]})
+        return local_cluster(workers)
     if kind == "cuda":
         from dask_cuda import LocalCUDACluster  # pip install dask-cuda
 
-        return LocalCUDACluster(threads_per_worker=1, resources={"GPU": 1}, dashboard_address="127.0.0.1:0",
-                                scheduler_kwargs={"preload": [PRELOAD]})
+        return LocalCUDACluster(**cuda_cluster_kwargs())
     if kind == "slurm":
-        from dask_jobqueue import SLURMCluster  # pip install dask-jobqueue
-
-        # the scheduler runs here, in this process; each job is one worker owning one GPU
-        cluster = SLURMCluster(cores=8, processes=1, memory="64GB", walltime="04:00:00",
-                               job_extra_directives=["--gres=gpu:1"],
-                               worker_extra_args=["--resources", "GPU=1", "--nthreads", "1"],
-                               scheduler_options={"preload": [PRELOAD]})
+        cluster = slurm_cluster()
         cluster.scale(jobs=workers)
         return cluster
     if kind == "kubernetes":
-        import os
-
         from dask_kubernetes.operator import KubeCluster  # pip install dask-kubernetes
 
-        # `env` reaches the scheduler pod too: Dask reads its config from DASK_* variables
-        return KubeCluster(name="podracer", image=os.environ.get("PODRACER_IMAGE", "podracer:latest"),
-                           n_workers=workers, resources={"limits": {"nvidia.com/gpu": "1"}},
-                           worker_command=["dask-worker", "--resources", "GPU=1", "--nthreads", "1"],
-                           env={"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": f'["{PRELOAD}"]'})
+        spec = kubernetes_cluster_spec(workers, image=os.environ.get("PODRACER_IMAGE", "podracer:latest"))
+        return KubeCluster(custom_cluster_spec=spec)
     raise ValueError(f"unknown cluster kind {kind!r}: local, cuda, slurm or kubernetes")
 
 
