@@ -80,6 +80,25 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument("key", metavar="KEY", help="a checkpoint key, e.g. from `podracer leaderboard`")
     lineage.set_defaults(func=_lineage)
 
+    gc = commands.add_parser("gc", help="delete the checkpoints a store no longer needs", description=(
+        "Apply the retention policy to a store no run is using: delete every checkpoint that is not on the "
+        "leaderboard, an agent's latest, one of the newest K of a live agent, pinned, or read by a kept one's "
+        "shared replay; and finish deletions a crash cut off. History records stay, so lineage and plots are "
+        "unchanged. Works on stores written before retention existed."))
+    gc.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    gc.add_argument("--keep-per-agent", type=int, metavar="K",
+                    help="newest checkpoints each live agent keeps (default: the run's store.keep_per_agent, else 2)")
+    gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+    gc.set_defaults(func=_gc)
+
+    pin = commands.add_parser("pin", help="keep a checkpoint whatever the retention policy says",
+                              description="Pin KEY so that retention (a run's, or `podracer gc`) never deletes it; "
+                                          "--unpin releases it.")
+    pin.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    pin.add_argument("key", metavar="KEY", help="a checkpoint key")
+    pin.add_argument("--unpin", action="store_true", help="release the pin instead")
+    pin.set_defaults(func=_pin)
+
     check = commands.add_parser("check-env", help="check that an env keeps the VecEnv contract", description=(
         "Build an env (a name, or the env and env_kwargs of a TOML config) and step it with random actions "
         "through the checks of dask_podracer.envs.check_vec_env: spaces, shapes, dtypes, device, seeding, "
@@ -207,10 +226,53 @@ def _lineage(args: argparse.Namespace) -> int:
     from dask_podracer.store import PodracerStore, StoreError
 
     try:
-        history = PodracerStore(args.store).read_history()
-        print(family_tree(history, args.key))
+        store = PodracerStore(args.store)
+        print(family_tree(store.read_history(), args.key, stored=set(store.checkpoint_keys())))
     except (StoreError, KeyError) as e:
         raise UserError(str(e).strip('"')) from None
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from dask_podracer.config import StoreConfig
+    from dask_podracer.population.retention import ReplaySources, checkpoints_to_keep, collect, holders_at_rest
+    from dask_podracer.store import PodracerStore, StoreError
+
+    if args.keep_per_agent is not None and args.keep_per_agent < 1:
+        raise UserError(f"--keep-per-agent must be >= 1 (an agent trains on from its newest checkpoint), "
+                        f"got {args.keep_per_agent}")
+    try:
+        store = PodracerStore(args.store)
+        recorded = store.read_run_state().get("retention", {})
+        keep_per_agent = args.keep_per_agent or recorded.get("keep_per_agent") or StoreConfig.keep_per_agent
+        keep = checkpoints_to_keep(holders_at_rest(store), keep_per_agent, ReplaySources(store))
+        candidates = [key for key in store.checkpoint_keys() if not store.is_quarantined(key)]
+        done = collect(store, keep, candidates, dry_run=args.dry_run)
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    verb = "would remove" if args.dry_run else "removed"
+    for key, size in done.deleted:
+        print(f"{verb} {key} ({size:,} bytes)")
+    for key, size in done.finished:
+        print(f"{verb} {key} ({size:,} bytes; its deletion was cut off earlier)")
+    removed = len(done.deleted) + len(done.finished)
+    print(f"{verb} {removed} checkpoints, {done.bytes_freed:,} bytes ({done.bytes_freed / 2**20:.1f} MiB); kept "
+          f"{done.kept} (keep_per_agent {keep_per_agent})")
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    from dask_podracer.store import PodracerStore, StoreError
+
+    try:
+        store = PodracerStore(args.store)
+        if args.unpin:
+            store.unpin(args.key)
+        else:
+            store.pin(args.key, "pinned by `podracer pin`")
+    except (StoreError, ValueError) as e:
+        raise UserError(str(e)) from None
+    print(f"{'unpinned' if args.unpin else 'pinned'} {args.key}")
     return 0
 
 

@@ -237,6 +237,22 @@ class ClusterConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    keep_per_agent: int = 2
+    """Checkpoints each live agent keeps: its newest ones (at least 1, the one it trains on from). An older one
+    is deleted once nothing else holds it: the leaderboard, a segment in flight (its parent), a retired
+    agent (its latest), a kept checkpoint's shared replay rows, or a pin (docs/store-format.md, "Retention").
+    Its history record, and so its place in the lineage, stays."""
+    retention: bool = True
+    """false keeps every checkpoint: the store then grows with every segment."""
+
+    def __post_init__(self) -> None:
+        _require(self.keep_per_agent >= 1, "store.keep_per_agent",
+                 ">= 1 (an agent trains on from its newest checkpoint; store.retention = false keeps all)",
+                 self.keep_per_agent)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     run: RunConfig
     tournament: TournamentConfig
@@ -246,6 +262,8 @@ class Config:
     """The population's groups: one from run.algorithm + [hparams] + [search], or the [[groups]] tables."""
     source: str = "<config>"
     """Where the config came from, for messages."""
+    store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
+    """Retention of the store's checkpoints ([store]); where the store is, is run.store."""
 
     @property
     def hparams(self) -> Mapping[str, Any]:
@@ -267,7 +285,8 @@ class Config:
             raise ConfigError(f"{self.source}: {e}") from None
 
 
-_SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig}
+_SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig,
+             "store": StoreConfig}
 
 
 def load_config(path: str | Path) -> Config:

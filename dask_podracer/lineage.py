@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 
-def family_tree(history: Sequence[Mapping[str, Any]], key: str) -> str:
+def family_tree(history: Sequence[Mapping[str, Any]], key: str, stored: Collection[str] | None = None) -> str:
     """`key`'s ancestors down from the root, then every descendant of `key`, one line each.
 
     A line shows the segment's key, generation, score, whether it adopted another
-    agent's checkpoint, and the hyper-parameters that differ from its parent's.
+    agent's checkpoint, and the hyper-parameters that differ from its parent's. With `stored`
+    (the keys whose checkpoints the store still holds), a segment whose checkpoint retention
+    deleted is marked "deleted": its place in the tree comes from its history record.
     """
     records = {r["key"]: r for r in history if r.get("status") == "finished"}
     if key not in records:
@@ -29,20 +31,21 @@ def family_tree(history: Sequence[Mapping[str, Any]], key: str) -> str:
     if root_parent:
         lines.append(f"{root_parent} (not in the history)")
     for depth, k in enumerate(chain):
-        lines.append(_line(records, k, "    " * max(depth - 1, 0) + ("└── " if depth else ""), k == key))
+        lines.append(_line(records, k, "    " * max(depth - 1, 0) + ("└── " if depth else ""), k == key, stored))
 
     def descend(k: str, prefix: str) -> None:
         kids = sorted(children.get(k, []), key=lambda c: records[c]["key"])
         for i, child in enumerate(kids):
             last = i == len(kids) - 1
-            lines.append(_line(records, child, prefix + ("└── " if last else "├── "), False))
+            lines.append(_line(records, child, prefix + ("└── " if last else "├── "), False, stored))
             descend(child, prefix + ("    " if last else "│   "))
 
     descend(key, "    " * (len(chain) - 1))
     return "\n".join(lines)
 
 
-def _line(records: Mapping[str, Mapping[str, Any]], key: str, prefix: str, marked: bool) -> str:
+def _line(records: Mapping[str, Mapping[str, Any]], key: str, prefix: str, marked: bool,
+          stored: Collection[str] | None) -> str:
     r = records[key]
     parent = records.get(r.get("parent") or "")
     changed = {k: v for k, v in r.get("hparams", {}).items() if parent is None or parent.get("hparams", {}).get(k) != v}
@@ -50,6 +53,8 @@ def _line(records: Mapping[str, Mapping[str, Any]], key: str, prefix: str, marke
     tags = [f"gen {r.get('generation', 0)}", f"score {r['score']:.1f}", f"agent {r.get('agent', '-')}"]
     if r.get("adopted"):
         tags.append("adopted")
+    if stored is not None and key not in stored:
+        tags.append("deleted")
     return f"{prefix}{key}  {'  '.join(tags)}{'  ' + shown if shown else ''}{'  ◀' if marked else ''}"
 
 

@@ -11,10 +11,11 @@ import inspect
 from pathlib import Path
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
-from dask_podracer.config import ClusterConfig, GroupConfig, RunConfig, SegmentConfig, TournamentConfig
+from dask_podracer.config import ClusterConfig, GroupConfig, RunConfig, SegmentConfig, StoreConfig, TournamentConfig
 from dask_podracer.search import KINDS
 
-SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig}
+SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig,
+            "store": StoreConfig}
 
 
 def field_docs(cls: type) -> dict[str, str]:

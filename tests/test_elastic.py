@@ -28,6 +28,7 @@ def test_pool_grows_with_the_cluster_and_shrinks_lowest_ranked_first(tmp_path):
         "segment": {"env_steps": 300, "eval_episodes": 2},
         "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32},
         "cluster": {"shrink_delay": 0.5},
+        "store": {"retention": False},  # every recorded result's checkpoint stays, to be checked below
     })
     progress = []
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",

@@ -47,7 +47,8 @@ def test_cli_lineage(tmp_path):
     out = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "lineage", store.url, "f"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1].endswith("f  gen 3  score -200.0  agent 1  ◀")
+    # a store of history alone: every checkpoint is gone, and its place in the tree comes from its record
+    assert out.stdout.splitlines()[-1].endswith("f  gen 3  score -200.0  agent 1  deleted  ◀")
     bad = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "lineage", store.url, "zz"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no finished segment 'zz'" in bad.stderr and "Traceback" not in bad.stderr

@@ -88,9 +88,9 @@ def hostile(tmp_path_factory) -> Path:
 
 def run(command: list[str], folder: Path) -> subprocess.CompletedProcess:
     """`command` run from `folder`, where the probe module is importable (cwd and PYTHONPATH), as a user would."""
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
     return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder),
-                                                                                        os.environ.get("PYTHONPATH")]))})
+                          env={**os.environ, "PYTHONPATH": path})
 
 
 READERS_THAT_NEED_NO_ENV = {

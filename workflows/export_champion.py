@@ -13,7 +13,8 @@ devices may move it a little; `evaluation.device` and `scored_on` say which), an
 envs (ids, Env classes of your own) and our envs with a gymnasium twin, `gymnasium_evaluation`:
 the exported TorchScript policy played in gymnasium itself, one episode per seed.
 `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with torch and
-gymnasium alone (and, for an Env class of your own, its module).
+gymnasium alone (and, for an Env class of your own, its module). The exported checkpoint is pinned in
+the store: retention (`[store]`, `podracer gc`) never deletes it (`podracer pin STORE KEY --unpin` releases it).
 
 A champion trained on an env of your own ("my_envs:Arm") is exported only with `--env my_envs:Arm`:
 the store names that module, and loading a store imports no code you did not name.
@@ -168,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export_champion: error: {e}", file=sys.stderr)
         return 2
     print(f"exported {card['key']} ({card['algorithm']} on {card['env']}, score {card['score']:.1f}) to {args.out}")
+    try:  # an exported champion is kept whatever the store's retention policy says
+        PodracerStore(args.store).pin(card["key"], f"exported to {Path(args.out).resolve()}")
+    except (StoreError, OSError) as e:  # a store one may only read: the export stands
+        print(f"export_champion: warning: {card['key']} is not pinned against retention: {e}", file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,7 @@ from distributed.comm.core import CommClosedError
 from dask_podracer.config import Config
 from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots
 from dask_podracer.population.connect import embedded_client
+from dask_podracer.population.retention import Holders, ReplaySources, checkpoints_to_keep, collect, own_lines
 from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.tasks import segment_task
@@ -83,6 +84,8 @@ class RunSummary:
     """The last failed segment's error, if any failed."""
     history: list[dict[str, Any]]
     leaderboard: list[dict[str, Any]]
+    checkpoints_deleted: int = 0
+    """Checkpoints the retention policy (`[store]`) deleted in this invocation."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -155,6 +158,12 @@ class _Loop:
         self.state_written = 0.0  # when the run state was last written
         self.recovered = 0
         self.unwritable = False  # a table write failed (a full disk): this invocation writes no more
+        # retention ([store]): each agent's own checkpoints, and the published ones a pass may delete
+        self.lines: dict[int, list[str]] = {}
+        self.checkpoints: set[str] = set()
+        self.replay_sources = ReplaySources(self.store)
+        self.collections = 0
+        self.deleted = 0
 
     def run(self) -> RunSummary:
         try:
@@ -180,17 +189,24 @@ class _Loop:
         """Record the checkpoints that no history record names: segments that finished after an earlier
         invocation last wrote its tables (or after its client died). Workers publish checkpoints whole
         themselves, so these are complete results; only their bookkeeping was lost."""
-        recorded = {r["key"] for r in self.store.read_history()}
-        for key in self.store.checkpoint_keys():
-            if key in recorded or self.store.is_quarantined(key):
+        history = self.store.read_history()
+        recorded = {r["key"] for r in history}
+        self.lines = own_lines(history)
+        # a quarantined checkpoint is kept for inspection: retention never deletes it
+        self.checkpoints = {key for key in self.store.checkpoint_keys() if not self.store.is_quarantined(key)}
+        for key in sorted(self.checkpoints):
+            if key in recorded:
                 continue
             try:  # verified before its score is trusted: a damaged one is quarantined, never recorded
                 result = result_from_attrs(key, self.store.load_checkpoint(key).attrs)
             except ChecksumError as e:
                 self.store.quarantine(key, f"ChecksumError: {e}")
+                self.checkpoints.discard(key)
                 log.warning("not recovering checkpoint %r: %s", key, e)
                 continue
             agent_id = self.machine.in_flight.get(key)
+            if agent_id is not None:
+                self.lines.setdefault(agent_id, []).append(key)
             instructions = self.machine.handle(SegmentRecovered(agent_id, result, resumed=self.continued))
             self.recovered += 1
             self.completed += 1
@@ -221,6 +237,8 @@ class _Loop:
             result = outcome
             self.completed += 1
             self.env_steps += result.env_steps
+            self.lines.setdefault(train.agent, []).append(result.key)
+            self.checkpoints.add(result.key)
             event: Event = SegmentFinished(train.agent, result)
         else:
             error = self.last_error = _describe_error(outcome)
@@ -228,6 +246,7 @@ class _Loop:
             damaged = _damaged_checkpoint(outcome)  # the parent's, or a rerun segment's own
             if damaged and not self.store.is_quarantined(damaged):
                 self.store.quarantine(damaged, error)
+            self.checkpoints.discard(damaged)
             event = SegmentFailed(train.agent, train.key, error, quarantined=damaged)
         instructions = self.machine.handle(event)
         self._record(_planned(train), result, error, instructions)
@@ -352,13 +371,36 @@ class _Loop:
             self.dirty = True  # the state still differs from the store's
             return
         self.state_written = self.flushed
+        retention = self.config.store
         self.store.write_run_state({
             "env": self.config.run.env, "env_kwargs": self.config.run.env_kwargs, "machine": self.machine.to_state(),
             "invocations": self.invocations,
             "wall_seconds": self.wall_offset + self._elapsed(),
             "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,
             "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},
+            "retention": {"on": retention.retention, "keep_per_agent": retention.keep_per_agent},
         })
+        if retention.retention:
+            self._collect()  # after the state: a resumed run never finds an agent on a deleted checkpoint
+
+    def _collect(self) -> None:
+        """Delete the checkpoints that can no longer matter (population/retention.py). Runs right after the
+        tables and the run state are written, so every deleted checkpoint's history record is stored, and no
+        stored agent, entry or segment refers to it; the first pass also finishes deletions a crash cut off."""
+        machine = self.machine
+        holders = Holders(
+            board=frozenset(e["key"] for e in machine.board),
+            in_flight_parents=frozenset(t.plan.parent for _, t in self.futures.values() if t.plan.parent),
+            agent_latest=frozenset(a.checkpoint for a in machine.agents.values() if a.checkpoint),
+            live_lines={i: self.lines.get(i, []) for i, a in machine.agents.items() if a.active},
+            pinned=frozenset(self.store.pinned()))
+        keep = checkpoints_to_keep(holders, self.config.store.keep_per_agent, self.replay_sources)
+        done = collect(self.store, keep, self.checkpoints, finish_cut_off=self.collections == 0)
+        self.collections += 1
+        for key, _ in done.deleted:
+            self.checkpoints.discard(key)
+            self.replay_sources.forget(key)
+        self.deleted += len(done.deleted)
 
     def _finish(self) -> None:
         """After a budget stop, collect segments that end within a few seconds (they were capped at the
@@ -389,7 +431,7 @@ class _Loop:
             store=self.store.url, best_score=self.machine.best_score(), best_key=board[0]["key"] if board else None,
             wall_seconds=self._elapsed(), env_steps=self.env_steps, segments_completed=self.completed,
             segments_failed=self.failed, stop_reason=self.stop_reason, recovered=self.recovered,
-            last_error=self.last_error, history=self.curve, leaderboard=board,
+            last_error=self.last_error, history=self.curve, leaderboard=board, checkpoints_deleted=self.deleted,
         )
 
 

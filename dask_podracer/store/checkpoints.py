@@ -154,10 +154,50 @@ def quarantine(store: Store, key: str, reason: str) -> None:
     sync(write())
 
 
+def mark_deleted(store: Store, key: str) -> None:
+    """Unpublish a checkpoint, saying why: the first step of a deletion. One atomic rewrite of its group's
+    ``zarr.json`` (``complete`` false, ``deleted`` when), so a reader sees it whole or not at all, never a
+    group whose arrays are going; readers of any format version see an unpublished group."""
+    when = datetime.now(timezone.utc).isoformat()
+
+    async def write() -> None:
+        group = await za.open_group(store=store, path=group_path(key), mode="r+", zarr_format=3, use_consolidated=False)
+        await group.update_attributes({"complete": False, "deleted": when})
+
+    sync(write())
+
+
+def remove(store: Store, key: str) -> None:
+    """The second step of a deletion: remove the group and everything in it."""
+    sync(store.delete_dir(group_path(key)))
+
+
+def deleted_mark(store: Store, key: str, where: str) -> str | None:
+    """When the checkpoint ``key`` was marked deleted, if its group is still there with that mark."""
+    meta = read_json(store, f"{group_path(key)}/zarr.json", where)
+    return ((meta or {}).get("attributes") or {}).get("deleted")
+
+
+def stored_bytes(store: Store, key: str) -> int:
+    """Bytes of every file under ``checkpoints/<key>``."""
+
+    async def total() -> int:
+        keys = [k async for k in store.list_prefix(f"{group_path(key)}/")]
+        sizes = await asyncio.gather(*(store.getsize(k) for k in keys))
+        return int(sum(sizes))
+
+    return sync(total())
+
+
 def read_checkpoint(store: Store, key: str, where: str) -> Checkpoint:
     """Load a published checkpoint and verify its checksum."""
     doc = published_doc(store, key, where)
     if doc is None:
+        deleted = deleted_mark(store, key, where)
+        if deleted:
+            raise CheckpointNotFound(f"checkpoint '{key}' in store '{where}' was deleted by the retention policy "
+                                     f"at {deleted}; its history record keeps its score, lineage and "
+                                     "hyper-parameters")
         raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{where}'")
     if doc.get("quarantined"):
         raise CheckpointNotFound(f"checkpoint '{key}' in store '{where}' is quarantined: {doc['quarantined']}")

@@ -12,7 +12,7 @@ import zarr
 from zarr.errors import ContainsGroupError
 
 from . import checkpoints as ck
-from . import tables
+from . import pins, tables
 from ._zarrio import list_children, local_path, open_zarr_store, read_json, read_jsons, resolve_url, sync
 from .format import (
     FORMAT_NAME,
@@ -20,12 +20,13 @@ from .format import (
     CheckpointNotFound,
     StoreError,
     checksum,
+    escape_name,
     validate_key,
 )
 
 log = logging.getLogger(__name__)
 
-CHILD_GROUPS = (ck.CHECKPOINTS, tables.LEADERBOARD, tables.HISTORY, tables.RUN)
+CHILD_GROUPS = (ck.CHECKPOINTS, tables.LEADERBOARD, tables.HISTORY, tables.RUN, pins.PINS)
 
 
 def _check_root(meta: dict[str, Any], url: str) -> None:
@@ -152,6 +153,14 @@ class PodracerStore:
     def checkpoint_keys(self) -> list[str]:
         """Keys of all published checkpoints this code can read, sorted. Unpublished, unreadable and
         newer-format ones are skipped (with a warning for the last two)."""
+        return self._scan_checkpoints()[0]
+
+    def deleted_checkpoints(self) -> list[str]:
+        """Keys of checkpoints marked deleted whose groups are still there (a deletion cut off between its two
+        steps): garbage, removed by `remove_deleted` (`podracer gc`, or the next run's retention)."""
+        return self._scan_checkpoints()[1]
+
+    def _scan_checkpoints(self) -> tuple[list[str], list[str]]:
         keys = []
         for name in list_children(self._store, ck.CHECKPOINTS):
             try:
@@ -159,16 +168,73 @@ class PodracerStore:
             except ValueError:  # zarr.json, transient *.partial files of concurrent writers
                 continue
         docs = read_jsons(self._store, [f"{ck.group_path(k)}/zarr.json" for k in keys], self._url)
-        found = []
+        found, deleted = [], []
         for key, doc in zip(keys, docs, strict=True):
             try:
                 if isinstance(doc, StoreError):
                     raise doc
                 if ck.publication(doc, key, self._url) is not None:
                     found.append(key)
+                elif ((doc or {}).get("attributes") or {}).get("deleted"):
+                    deleted.append(key)
             except StoreError as e:  # unreadable, or of a newer format: never offered as a parent
                 log.warning("skipping checkpoint %r: %s", key, e)
-        return sorted(found)
+        return sorted(found), sorted(deleted)
+
+    def delete_checkpoint(self, key: str) -> int:
+        """Delete a checkpoint in two steps: unpublish it with a ``deleted`` mark (one atomic write: readers
+        see it whole or gone, never torn), then remove its files. A crash between the steps leaves a marked
+        group, which `remove_deleted` removes later. The bytes freed. Only the orchestrator and `podracer gc`
+        call this, for checkpoints no segment may be loading (see population/retention.py)."""
+        validate_key(key)
+        freed = ck.stored_bytes(self._store, key)
+        if ck.published_doc(self._store, key, self._url) is not None:
+            ck.mark_deleted(self._store, key)
+        elif not ck.deleted_mark(self._store, key, self._url):
+            raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{self._url}' to delete")
+        ck.remove(self._store, key)
+        return freed
+
+    def remove_deleted(self, key: str) -> int:
+        """Finish a deletion cut off after its mark; the bytes freed."""
+        if not ck.deleted_mark(self._store, validate_key(key), self._url):
+            raise StoreError(f"checkpoint '{key}' in store '{self._url}' is not marked deleted")
+        freed = ck.stored_bytes(self._store, key)
+        ck.remove(self._store, key)
+        return freed
+
+    def checkpoint_bytes(self, key: str) -> int:
+        """Bytes the checkpoint's files take (0 once it is gone)."""
+        return ck.stored_bytes(self._store, validate_key(key))
+
+    def array_names(self, key: str) -> list[str]:
+        """The names of a published checkpoint's arrays, without reading them."""
+        doc = ck.published_doc(self._store, validate_key(key), self._url)
+        if doc is None:
+            raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{self._url}'")
+        return list(doc["arrays"])
+
+    def array_shape(self, key: str, name: str) -> tuple[int, ...]:
+        """The shape of one array of a published checkpoint, from its metadata alone."""
+        meta = read_json(self._store, f"{ck.group_path(validate_key(key))}/{escape_name(name)}/zarr.json", self._url)
+        if meta is None:
+            raise CheckpointNotFound(f"checkpoint '{key}' in store '{self._url}' has no array '{name}'")
+        return tuple(int(n) for n in meta["shape"])
+
+    # -- pins: checkpoints retention never deletes -------------------------------------------------
+
+    def pin(self, key: str, reason: str) -> None:
+        """Keep checkpoint ``key`` whatever the retention policy says (an exported champion, a user's choice)."""
+        if not self.has_checkpoint(key):
+            raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{self._url}' to pin")
+        pins.pin(self._store, key, " ".join(reason.split())[:200])
+
+    def unpin(self, key: str) -> None:
+        pins.unpin(self._store, validate_key(key))
+
+    def pinned(self) -> set[str]:
+        """The keys pinned to be kept."""
+        return pins.pinned(self._store)
 
     def quarantine(self, key: str, reason: str) -> None:
         """Never load checkpoint ``key`` again (e.g. it failed its checksum); its data stay for inspection."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -213,6 +214,35 @@ def read_shared_replay(store: PodracerStore, key: str, rows: int) -> tuple[dict[
         return {}, rows
     names = pieces[0].keys()
     return {name: np.concatenate([piece[name] for piece in reversed(pieces)]) for name in names}, rows
+
+
+def replay_sources(store: PodracerStore, key: str,
+                   layout: Callable[[str], tuple[int, str | None, int]] | None = None) -> list[str]:
+    """The checkpoints whose replay rows checkpoint `key`'s buffer reads by reference (`replay_base`, with
+    `tournament.replay = "share"`), nearest first: what must outlive it. The rows are counted as
+    `read_shared_replay` takes them, so an ancestor past the buffer's size is not one of them. `layout` is
+    `replay_layout`, or a cache of it (a checkpoint's layout never changes)."""
+    layout = layout or (lambda k: replay_layout(store, k))
+    sources: list[str] = []
+    _, base, rows = layout(key)
+    while base is not None and rows > 0:
+        try:
+            own, next_base, _ = layout(base)
+        except StoreError:  # damaged or gone: its rows are lost to the load, and nothing past it is read
+            break
+        sources.append(base)
+        rows -= min(own, rows)
+        base = next_base
+    return sources
+
+
+def replay_layout(store: PodracerStore, key: str) -> tuple[int, str | None, int]:
+    """A checkpoint's replay rows: how many it stores itself, and the checkpoint it refers to for how many more
+    (None, 0 without a reference); from metadata alone."""
+    base = store.checkpoint_attrs(key).get("replay_base")
+    own_names = [name for name in store.array_names(key) if name.startswith(f"{REPLAY}.")]
+    own = store.array_shape(key, own_names[0])[0] if own_names else 0
+    return own, (base["key"] if base else None), (int(base["rows"]) if base else 0)
 
 
 def _budget_spent(spec: SegmentSpec, steps: int, seconds: float) -> bool:
