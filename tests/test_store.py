@@ -96,7 +96,7 @@ def test_create_open_reopen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert PodracerStore.exists(created.url)
     root = zarr.open_group(created.url, mode="r")
     assert root.attrs.asdict() == {"format": "dask_podracer", "format_version": FORMAT_VERSION}
-    assert sorted(root.group_keys()) == ["checkpoints", "history", "leaderboard", "run"]
+    assert sorted(root.group_keys()) == ["checkpoints", "history", "leaderboard", "pins", "run"]
 
     created.save_checkpoint("a", {"x": np.ones(2)}, {})
     reopened = PodracerStore(created.url)
