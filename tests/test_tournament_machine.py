@@ -383,3 +383,16 @@ def test_a_child_can_change_its_ensembles_size_and_combination():
     assert child.hparams["num_critics"] in (H["num_critics"] - 1, H["num_critics"] + 1)
     assert child.hparams["target_combine"] != H["target_combine"]
     assert child.hparams["target_combine"] in ("min", "mean", "redq", "weighted")
+
+
+def test_an_event_the_machine_has_no_rule_for_raises_and_changes_nothing():
+    machine = make()
+    machine.handle(CapacityChanged(2))
+    before = machine.to_state()
+
+    class Unknown:
+        pass
+
+    with pytest.raises(TypeError, match="the tournament has no rule for a Unknown event"):
+        machine.handle(Unknown())
+    assert machine.to_state() == before and not machine.stopped  # not taken for a BudgetReached

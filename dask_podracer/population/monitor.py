@@ -28,6 +28,7 @@ from tornado import web
 
 from dask_podracer.dashboard.page import render_page
 from dask_podracer.dashboard.snapshot import Running, Snapshot
+from dask_podracer.population.task_keys import segment_key
 
 ROUTE = "/individual-podracer"
 PLAIN_ROUTE = "/podracer.html"
@@ -62,7 +63,7 @@ class PodracerPage(SchedulerPlugin):
         scheduler._podracer_route = True
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
-        if isinstance(key, str) and key.startswith("segment-"):
+        if segment_key(key) is not None:
             if finish == "processing":
                 self.started[key] = time.time()
             elif start == "processing":
@@ -100,8 +101,8 @@ class PodracerPage(SchedulerPlugin):
             task = scheduler.tasks.get(key)
             if task is None or task.processing_on is None:
                 continue
-            agent = tables.agents.get(key.removeprefix("segment-"), {})
-            running.append(Running(key.removeprefix("segment-"), task.processing_on.address, since,
+            agent = tables.agents.get(segment_key(key), {})
+            running.append(Running(segment_key(key), task.processing_on.address, since,
                                    agent.get("id"), agent.get("hparams")))
         return Snapshot(self.store_url, tables.board, tables.history, running, tables.error)
 

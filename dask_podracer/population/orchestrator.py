@@ -26,6 +26,7 @@ from dask_podracer.population.connect import embedded_client
 from dask_podracer.population.retention import Holders, ReplaySources, checkpoints_to_keep, collect, own_lines
 from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
 from dask_podracer.population.monitor import PodracerPage
+from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
                                                  SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
@@ -111,7 +112,7 @@ def run_tournament(config: Config, client: Client | None = None,
         with contextlib.suppress(ValueError):
             active.unregister_scheduler_plugin(PodracerPage.name)
         active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
-        return _Loop(config, active, slots, on_progress, segment_fn, poll_seconds).run()
+        return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds).run()
 
 
 @contextlib.contextmanager
@@ -124,12 +125,12 @@ def _client_for(config: Config, client: Client | None) -> Iterator[Client]:
 
 
 class _Loop:
-    def __init__(self, config: Config, client: Client, slots: Slots, on_progress: Callable[[Progress], None] | None,
-                 segment_fn: SegmentFunction, poll_seconds: float) -> None:
-        self.config, self.client, self.slots = config, client, slots
+    def __init__(self, config: Config, client: Client, store: PodracerStore, slots: Slots,
+                 on_progress: Callable[[Progress], None] | None, segment_fn: SegmentFunction,
+                 poll_seconds: float) -> None:
+        self.config, self.client, self.store, self.slots = config, client, store, slots
         self.on_progress = on_progress or (lambda progress: None)
         self.segment_fn, self.poll_seconds = segment_fn, poll_seconds
-        self.store = PodracerStore(config.store_url, create=True)
         saved = self.store.read_run_state()
         self.wall_offset = float(saved.get("wall_seconds", 0.0))  # time spent by earlier invocations
         self.invocations = int(saved.get("invocations", 0)) + 1
@@ -227,7 +228,7 @@ class _Loop:
 
     def _segment_ended(self, future: Future, outcome: Any) -> None:
         """Record a finished future; `outcome` is its result, or its exception if it failed."""
-        key = future.key.removeprefix("segment-")
+        key = segment_key(future.key)
         if key not in self.futures:
             return  # cancelled by an instruction: the machine has already forgotten it
         _, train = self.futures.pop(key)
@@ -313,7 +314,7 @@ class _Loop:
             generation=train.plan.generation, load_replay=train.plan.load_replay,
             share_replay=self.config.tournament.replay == "share", env_kwargs=run.env_kwargs,
         )
-        future = self.client.submit(self.segment_fn, spec, key=f"segment-{spec.key}", resources=self.slots.resources,
+        future = self.client.submit(self.segment_fn, spec, key=task_key(spec.key), resources=self.slots.resources,
                                     pure=False, retries=self.config.tournament.retries)
         self.futures[train.key] = (future, train)
         self.queue.add(future)

@@ -63,6 +63,7 @@ class BudgetReached:
 
 
 Event = SegmentFinished | SegmentFailed | SegmentRecovered | CapacityChanged | BudgetReached
+EVENTS = (SegmentFinished, SegmentFailed, SegmentRecovered, CapacityChanged, BudgetReached)
 
 
 # -- instructions ------------------------------------------------------------------------------
@@ -177,6 +178,8 @@ class Tournament:
         After a Stop, finishing segments are still recorded (a budget stop lets running
         segments end), but nothing new is started.
         """
+        if not isinstance(event, EVENTS):  # before anything changes: an unknown event is a bug, not a budget
+            raise TypeError(f"the tournament has no rule for a {type(event).__name__} event")
         if self.stopped and not isinstance(event, (SegmentFinished, SegmentFailed)):
             return []
         self.counters["events"] += 1
@@ -190,7 +193,7 @@ class Tournament:
             return self._recovered(eid, event)
         if isinstance(event, CapacityChanged):
             return self._capacity(eid, event.slots, rng)
-        return self._stop(eid, "budget", cancel=False)
+        return self._stop(eid, "budget", cancel=False)  # BudgetReached
 
     def _finished(self, eid: int, event: SegmentFinished, rng: random.Random) -> list[Instruction]:
         agent, result = self.agents[event.agent], event.result

@@ -28,6 +28,7 @@ from .format import (
     escape_name,
     normalise_array,
     to_json,
+    unreadable_version,
 )
 
 CHECKPOINTS = "checkpoints"
@@ -135,8 +136,9 @@ def publication(meta: dict[str, Any] | None, key: str, where: str) -> dict[str, 
     if attrs.get("complete") is not True:
         return None
     version = attrs.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
-        what = "newer than" if isinstance(version, int) and not isinstance(version, bool) else "not one of"
+    what = unreadable_version(version)
+    if what:
+        what = "not one of" if what == "not" else what
         raise StoreError(
             f"checkpoint '{key}' in store '{where}' has format_version {version!r}, {what} the versions "
             f"this dask_podracer reads (up to {FORMAT_VERSION}); upgrade dask_podracer"

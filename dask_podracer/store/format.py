@@ -20,6 +20,14 @@ FORMAT_VERSION: int = 2
 """Version of the store layout. Bump it (and note why in the module docstring of
 ``dask_podracer.store``) whenever a reader of the old version would misread the new one."""
 
+def unreadable_version(version: object) -> str | None:
+    """Why a ``format_version`` cannot be read by this code ("newer than", "not"), or None if it can: an int
+    no newer than FORMAT_VERSION (every older version is read)."""
+    if isinstance(version, int) and not isinstance(version, bool):
+        return "newer than" if version > FORMAT_VERSION else None
+    return "not"
+
+
 MAX_NAME_LENGTH = 200
 """Longest escaped node name; file systems stop at 255 bytes per path component."""
 

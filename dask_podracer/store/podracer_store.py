@@ -21,6 +21,7 @@ from .format import (
     StoreError,
     checksum,
     escape_name,
+    unreadable_version,
     validate_key,
 )
 
@@ -38,8 +39,8 @@ def _check_root(meta: dict[str, Any], url: str) -> None:
             f"(attribute 'format' is {attrs.get('format')!r}, expected {FORMAT_NAME!r})"
         )
     version = attrs.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
-        what = "newer than" if isinstance(version, int) and not isinstance(version, bool) else "not"
+    what = unreadable_version(version)
+    if what:
         raise StoreError(
             f"podracer store at '{url}' has format_version {version!r}, {what} "
             f"format_version {FORMAT_VERSION} that this dask_podracer reads; upgrade dask_podracer"
