@@ -234,7 +234,9 @@ class _Loop:
         _, train = self.futures.pop(key)
         result: SegmentResult | None = None
         error: str | None = None
-        if future.status == "finished" and isinstance(outcome, SegmentResult):
+        # a result gathered is a result, whatever the future's status says by now: a scheduler that died after
+        # sending it marks its futures lost, and the segment's checkpoint is in the store all the same
+        if isinstance(outcome, SegmentResult):
             result = outcome
             self.completed += 1
             self.env_steps += result.env_steps
