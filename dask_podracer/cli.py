@@ -178,6 +178,10 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
             return run_tournament(config, client, on_progress=printer)
     except (StoreError, ClusterError) as e:
         raise UserError(str(e)) from None
+    except OSError as e:  # distributed's CommClosedError among them: the scheduler went while the run started
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise UserError(f"lost the Dask scheduler ({type(e).__name__}: {first}); everything recorded is in the "
+                        f"store: run again on a cluster to resume") from None
 
 
 def _say(quiet: bool, line: str) -> None:
