@@ -91,3 +91,14 @@ def segment_that_damages_its_checkpoint_then_dies(spec):
     meta.write_text(json.dumps(doc))
     died.write_text("")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def segment_that_fails_after_saving(spec):
+    """A segment function for a real cluster: the first segment trains and publishes its checkpoint, then its task
+    fails (as a task cancelled when its scheduler died after the worker saved); every other segment trains."""
+    from dask_podracer.population.tasks import segment_task
+
+    result = segment_task(spec)
+    if spec.key.startswith("s000000-"):
+        raise RuntimeError("the task failed after its checkpoint was published")
+    return result

@@ -25,7 +25,7 @@ from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.updater import leaderboard_entry
 from dask_podracer.store import CheckpointNotFound, ChecksumError, PodracerStore
 from dask_podracer.train import SegmentSpec, load_agent, result_from_attrs, run_segment
-from helpers import segment_that_damages_its_checkpoint_then_dies
+from helpers import segment_that_damages_its_checkpoint_then_dies, segment_that_fails_after_saving
 
 WORKFLOWS = Path(__file__).resolve().parents[1] / "workflows"
 PODRACER = str(Path(sys.executable).with_name("podracer"))
@@ -204,8 +204,8 @@ TINY = {"segment": {"env_steps": 150, "eval_episodes": 2},
         "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32}}
 
 
-def tiny(store: Path, **run) -> object:
-    return config_from_dict({**TINY, "tournament": {"retries": 1}, "run": {
+def tiny(store: Path, retries: int = 1, **run) -> object:
+    return config_from_dict({**TINY, "tournament": {"retries": retries}, "run": {
         "env": "Pendulum-v1", "algorithm": "sac", "budget": "3m", "store": str(store), **run}})
 
 
@@ -244,3 +244,16 @@ def test_a_rerun_that_finds_its_own_checkpoint_damaged_fails_and_quarantines_tha
     assert store.is_quarantined(damaged["key"])
     assert damaged["key"] not in {e["key"] for e in store.read_leaderboard()}
     assert summary.segments_completed >= 2 and all(e["score"] < 0 for e in store.read_leaderboard())
+
+
+@pytest.mark.slow
+def test_a_task_that_failed_after_publishing_its_checkpoint_is_recorded_from_the_verified_checkpoint(client,
+                                                                                                        tmp_path):
+    store_path = tmp_path / "late.zarr"
+    summary = run_tournament(tiny(store_path, retries=0, max_segments=2), client,  # no rerun: the error arrives
+                             segment_fn=segment_that_fails_after_saving)
+    store = PodracerStore(store_path)
+    [first] = [r for r in store.read_history() if r["key"].startswith("s000000-")]
+    assert first["status"] == "finished" and first["error"] is None
+    assert first["score"] == store.load_checkpoint(first["key"]).attrs["score"]
+    assert summary.segments_failed == 0 and summary.segments_completed == 2

@@ -232,12 +232,12 @@ class _Loop:
         if key not in self.futures:
             return  # cancelled by an instruction: the machine has already forgotten it
         _, train = self.futures.pop(key)
-        result: SegmentResult | None = None
         error: str | None = None
         # a result gathered is a result, whatever the future's status says by now: a scheduler that died after
-        # sending it marks its futures lost, and the segment's checkpoint is in the store all the same
-        if isinstance(outcome, SegmentResult):
-            result = outcome
+        # sending it marks its futures lost, and the segment's checkpoint is in the store all the same; so is
+        # the checkpoint of a task cancelled (its scheduler died) after its worker published it
+        result = outcome if isinstance(outcome, SegmentResult) else self._published_result(key)
+        if result is not None:
             self.completed += 1
             self.env_steps += result.env_steps
             self.lines.setdefault(train.agent, []).append(result.key)
@@ -254,6 +254,17 @@ class _Loop:
         instructions = self.machine.handle(event)
         self._record(_planned(train), result, error, instructions)
         self._carry_out(instructions)
+
+    def _published_result(self, key: str) -> SegmentResult | None:
+        """The result of a failed task whose segment published its checkpoint all the same, read back and
+        verified; None when there is none, or it does not pass its checksum."""
+        if not self.store.has_checkpoint(key):
+            return None
+        try:
+            attrs = self.store.load_checkpoint(key).attrs
+        except StoreError:
+            return None
+        return result_from_attrs(key, attrs, device=attrs.get("device"))
 
     def _poll(self) -> None:
         """Follow the cluster: its capacity now, and the budget."""
