@@ -73,7 +73,8 @@ def test_a_tournament_on_a_disk_that_fills_stops_in_one_line_and_resumes_once_th
     config.write_text('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nbudget = "3m"\nmax_segments = 8\n'
                       '[segment]\nenv_steps = 150\neval_episodes = 2\n[cluster]\nworkers = 1\n'
                       'dashboard_address = "127.0.0.1:0"\n[hparams]\nhidden = [16, 16]\nnum_envs = 2\n'
-                      'learning_starts = 50\nbatch_size = 32\n')
+                      'learning_starts = 50\nbatch_size = 32\n'
+                      '[store]\nretention = false\n')  # every checkpoint kept, so the disk does fill
     store_path = small_tmpfs / "t.zarr"
     train = [sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store", str(store_path), "--quiet"]
     full = subprocess.run(train, capture_output=True, text=True, timeout=300, check=False)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from distributed import Client, Future, as_completed, wait
+from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
 from dask_podracer.config import Config
@@ -237,6 +238,10 @@ class _Loop:
         # sending it marks its futures lost, and the segment's checkpoint is in the store all the same; so is
         # the checkpoint of a task cancelled (its scheduler died) after its worker published it
         result = outcome if isinstance(outcome, SegmentResult) else self._published_result(key)
+        if result is None and _cancelled_by_lost_scheduler(outcome):
+            # not the segment's failure: the run stops here as for any lost scheduler, unfinished, and the next
+            # one continues its budget (counted as failures, two losses in a row stopped it as "failing")
+            raise self._lost_scheduler("its segments were cancelled")
         if result is not None:
             self.completed += 1
             self.env_steps += result.env_steps
@@ -254,6 +259,10 @@ class _Loop:
         instructions = self.machine.handle(event)
         self._record(_planned(train), result, error, instructions)
         self._carry_out(instructions)
+
+    def _lost_scheduler(self, why: str) -> ClusterError:
+        return ClusterError(f"lost the Dask scheduler at {self.client.scheduler.address} ({why}); everything "
+                            "recorded is in the store: run again on a cluster to resume")
 
     def _published_result(self, key: str) -> SegmentResult | None:
         """The result of a failed task whose segment published its checkpoint all the same, read back and
@@ -276,8 +285,7 @@ class _Loop:
                 raise CommClosedError(f"client is {self.client.status}")
             slots = cluster_slots(self.client, wait_seconds=0, resource=self.slots.resources or {})
         except (OSError, CommClosedError, KeyError) as e:  # KeyError: an empty identity once the link is gone
-            raise ClusterError(f"lost the Dask scheduler at {self.client.scheduler.address} ({type(e).__name__}); "
-                               "everything recorded is in the store: run again on a cluster to resume") from None
+            raise self._lost_scheduler(type(e).__name__) from None
         now = time.monotonic()
         if slots.count == 0:
             self.zero_capacity_since = self.zero_capacity_since or now
@@ -458,6 +466,12 @@ def _planned(train: Train) -> dict[str, Any]:
 def describe_workers(client: Client) -> str:
     workers = client.scheduler_info(n_workers=-1)["workers"].values()
     return ", ".join(f"{w.get('name')}: {w.get('resources') or {}}" for w in workers) or "none"
+
+
+def _cancelled_by_lost_scheduler(outcome: Any) -> bool:
+    """Whether a task ended because the client lost its scheduler (Dask cancels every future then)."""
+    exception = outcome[1] if isinstance(outcome, tuple) and len(outcome) == 3 else outcome
+    return isinstance(exception, FutureCancelledError) and exception.reason == "scheduler-connection-lost"
 
 
 def _damaged_checkpoint(outcome: Any) -> str | None:
