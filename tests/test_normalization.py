@@ -15,7 +15,7 @@ from helpers import train_in
 
 from dask_podracer.agents import make_agent
 from dask_podracer.agents.normalization import CLIP, EPSILON, RewardNormalizer
-from dask_podracer.agents.offpolicy import sample_batch
+from dask_podracer.agents.loop import sample_batch
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.wrappers import VecEnvWrapper
 from dask_podracer.store import PodracerStore

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from dask_podracer.envs import VecEnv
 
@@ -35,6 +35,12 @@ class Agent(Protocol):
         Returns the env's current observation, the env steps taken (summed over envs)
         and scalar metrics of this iteration (losses, entropy, ...).
         """
+        ...
+
+    def finish(self) -> None:
+        """Bring the agent to rest after its last `train_iteration`: work it still owes is done and stopped
+        (a pipelined learner makes its outstanding updates and ends), so the parameters are final. A no-op for an
+        agent that does all its work inside `train_iteration` (PPO, A2C)."""
         ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -92,6 +98,16 @@ def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam with the fused kernel: on a CPU it is ~5x faster per step than the default loop."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
+def regress(optimizer: torch.optim.Optimizer, loss: Tensor, max_grad_norm: float | None = None,
+            params: list[nn.Parameter] | None = None) -> None:
+    """One optimiser step on `loss` (zero grads, backward, optional global-norm clip, step)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm is not None and params is not None:
+        nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

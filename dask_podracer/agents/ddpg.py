@@ -2,8 +2,8 @@
 
 TD3 (td3.py) is this agent with three of its knobs turned: an ensemble of critics whose
 minimum is the TD target (`num_critics=2`), target policy smoothing (`target_noise`) and
-delayed actor and target updates (`policy_delay=2`). The worker/learner loop is
-`offpolicy.offpolicy_iteration`, shared with SAC and DQN.
+delayed actor and target updates (`policy_delay=2`). What it shares with SAC and the DQN
+family (replay buffer, worker/learner loop, checkpoint layout) is `offpolicy.OffPolicyAgent`.
 
 One update, on a batch from the replay buffer:
     a'     = mu_target(s') [+ clip(N(0, target_noise), -target_noise_clip, target_noise_clip)]
@@ -25,33 +25,18 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.base import AlgorithmInfo, adam, register_algorithm, regress, set_learning_rate
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
-from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
-from dask_podracer.agents.offpolicy import (LoopStats, check, gaussian_explore, offpolicy_iteration, pause, regress,
+from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, gaussian_explore,
                                             smoothed_target_action, td_target, uniform_action, validate_ensemble,
                                             validate_offpolicy)
-from dask_podracer.agents.replay import ReplayBuffer
-from dask_podracer.envs import VecEnv
 
 
 @dataclasses.dataclass(frozen=True)
-class DDPGConfig:
-    num_envs: int = 4
-    """Envs stepped together by the worker."""
-    steps_per_iteration: int = 1
-    """Env steps (per env) collected before each round of updates."""
-    utd_ratio: float = 1.0
-    """Gradient updates per env step collected (summed over envs)."""
-    batch_size: int = 256
-    """Transitions per gradient update."""
-    buffer_size: int = 100_000
-    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
-    learning_starts: int = 500
-    """Env steps of uniformly random actions before the first update."""
-    gamma: float = 0.99
-    """Discount factor."""
+class DDPGFields:
+    """DDPG's own hyper-parameters; `DDPGConfig` lists them between the shared off-policy ones."""
+
     tau: float = 0.005
     """Polyak rate of the target actor and critics."""
     actor_lr: float = 1e-3
@@ -78,18 +63,11 @@ class DDPGConfig:
     """Target smoothing noise is clipped to +-this, in half-action-range units."""
     policy_delay: int = 1
     """Critic updates per actor (and target) update."""
-    normalize_observations: bool = False
-    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
-    agent, carried in checkpoints; the replay buffer keeps them raw)."""
-    normalize_rewards: bool = False
-    """Scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
-    carried in checkpoints; the replay buffer keeps them raw, reported returns stay raw)."""
-    keep_replay: bool = True
-    """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
-    pipeline: bool = False
-    """Run the worker (acting with a snapshot of the actor) ahead of the learner, a thread of its own."""
-    max_policy_lag: int = 64
-    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPGConfig(OffPolicyOptions, DDPGFields, OffPolicyConfig):
+    """DDPG's hyper-parameters: the shared off-policy ones (offpolicy.py) around `DDPGFields`."""
 
     def __post_init__(self) -> None:
         validate_offpolicy(self)
@@ -101,7 +79,7 @@ class DDPGConfig:
         check(self, "policy_delay", self.policy_delay >= 1, ">= 1")
 
 
-class DDPGAgent:
+class DDPGAgent(OffPolicyAgent):
     """A deterministic-policy worker + learner (DDPG, and TD3 through its config); see the module docstring."""
 
     algorithm: ClassVar[str] = "ddpg"
@@ -110,10 +88,9 @@ class DDPGAgent:
                  config: DDPGConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"{self.algorithm} needs a continuous (Box) action space, got {action_space}")
-        self.config = config
-        self.device = device
         obs_dim = int(observation_space.shape[0])
         act_dim = int(action_space.shape[0])
+        super().__init__(config, device, obs_dim, act_dim)
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=device)
         self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, action_space.low, action_space.high).to(device)
@@ -122,18 +99,12 @@ class DDPGAgent:
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optim = adam(self.actor.parameters(), config.actor_lr)
         self.critic_optim = adam(self.critic.parameters(), config.critic_lr)
-        self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
-        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
-        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.behaviour = self.actor
-        self.env_steps = 0
-        self.updates = 0
-        self.loop_stats = LoopStats()
         self._last_actor_loss = torch.zeros((), device=device)
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
+        self.loop.pause()  # in pipeline mode: the learner's owed updates first, then still parameters
         obs = self.obs_norm(obs.to(self.device, torch.float32))
         return self.actor(obs) if deterministic else self.explore(obs, self.actor)
 
@@ -143,9 +114,6 @@ class DDPGAgent:
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
         return gaussian_explore(behaviour(obs.to(self.device, torch.float32)), self.config.exploration_noise,
                                 self.low, self.high)
-
-    def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
-        return offpolicy_iteration(self, env, obs)
 
     def _combine(self, q: Tensor, how: str) -> Tensor:
         return combine(q, how, self.config.redq_subset, self.config.combine_weight)
@@ -180,37 +148,23 @@ class DDPGAgent:
             self._last_actor_loss = actor_loss.detach()
         return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_mean": q.detach().mean()}
 
-    def state_dict(self) -> dict[str, Any]:
-        pause(self)
-        state: dict[str, Any] = {
+    def own_state(self) -> dict[str, Any]:
+        return {
             "actor": self.actor.state_dict(),
             "actor_target": self.actor_target.state_dict(),
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
             "actor_optim": self.actor_optim.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
-            "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
-        self.obs_norm.save_into(state)
-        self.reward_norm.save_into(state)
-        if self.config.keep_replay:
-            state["replay"] = self.replay.state_dict()
-        return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_own_state(self, state: Mapping[str, Any]) -> None:
         """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
-        pause(self, stop_learner=True)
         state = fit_ensemble_state(state, self.config.num_critics)
-        self.obs_norm.load_from(state, self.algorithm)
-        self.reward_norm.load_from(state)
         for name in ("actor", "actor_target", "critic", "critic_target", "actor_optim", "critic_optim"):
             getattr(self, name).load_state_dict(state[name])
         set_learning_rate(self.actor_optim, self.config.actor_lr)
         set_learning_rate(self.critic_optim, self.config.critic_lr)
-        self.env_steps = int(state["counters"]["env_steps"])
-        self.updates = int(state["counters"]["updates"])
-        if "replay" in state:
-            self.replay.load_state_dict(state["replay"])
 
 
 register_algorithm(AlgorithmInfo(

@@ -1,9 +1,9 @@
 """The DQN family for Discrete actions: DQN (Mnih et al. 2015), Double DQN, Dueling Double DQN (D3QN).
 
 One config, three registered names that differ only in defaults: "dqn", "double_dqn"
-(`double=True`) and "d3qn" (`double=True, dueling=True`). The worker/learner loop is
-`offpolicy.offpolicy_iteration`, shared with DDPG, TD3 and SAC; the worker acts
-epsilon-greedily with epsilon decaying linearly over `exploration_steps` env steps.
+(`double=True`) and "d3qn" (`double=True, dueling=True`). What they share with DDPG, TD3 and
+SAC (replay buffer, worker/learner loop, checkpoint layout) is `offpolicy.OffPolicyAgent`; the
+worker acts epsilon-greedily with epsilon decaying linearly over `exploration_steps` env steps.
 
 One update, on a batch from the replay buffer:
     a*  = argmax_a Q(s', a)         if double, else argmax_a Q_target(s', a)
@@ -24,31 +24,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
 from dask_podracer.agents.networks import mlp, soft_update
-from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
-from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
+from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, td_target,
                                             validate_offpolicy)
-from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
 
 @dataclasses.dataclass(frozen=True)
-class DQNConfig:
-    num_envs: int = 8
-    """Envs stepped together by the worker."""
-    steps_per_iteration: int = 1
-    """Env steps (per env) collected before each round of updates."""
-    utd_ratio: float = 0.25
-    """Gradient updates per env step collected (summed over envs)."""
-    batch_size: int = 128
-    """Transitions per gradient update."""
-    buffer_size: int = 50_000
-    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
-    learning_starts: int = 1000
-    """Env steps of uniformly random actions before the first update."""
-    gamma: float = 0.99
-    """Discount factor."""
+class DQNFields:
+    """The DQN family's own hyper-parameters; `DQNConfig` lists them between the shared off-policy ones."""
+
     tau: float = 0.01
     """Polyak rate of the target network, applied every `target_update_interval` updates (1.0: a hard copy)."""
     target_update_interval: int = 1
@@ -69,18 +55,20 @@ class DQNConfig:
     """Double DQN: the online network picks the next action, the target network values it."""
     dueling: bool = False
     """Dueling heads: Q = V + A - mean(A)."""
-    normalize_observations: bool = False
-    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
-    agent, carried in checkpoints; the replay buffer keeps them raw)."""
-    normalize_rewards: bool = False
-    """Scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
-    carried in checkpoints; the replay buffer keeps them raw, reported returns stay raw)."""
-    keep_replay: bool = True
-    """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig(OffPolicyOptions, DQNFields, OffPolicyConfig):
+    """The DQN family's hyper-parameters: the shared off-policy ones (offpolicy.py) around `DQNFields`."""
+
+    # The DQN family's defaults of shared fields.
+    num_envs: int = 8
+    utd_ratio: float = 0.25
+    batch_size: int = 128
+    buffer_size: int = 50_000
+    learning_starts: int = 1000
     pipeline: bool = False
     """Run the worker (acting with a snapshot of the Q-network) ahead of the learner, a thread of its own."""
-    max_policy_lag: int = 64
-    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
 
     def __post_init__(self) -> None:
         validate_offpolicy(self)
@@ -141,7 +129,7 @@ def linear_epsilon(step: int, start: float, end: float, duration: int) -> float:
     return end + (start - end) * max(0.0, 1.0 - step / duration)
 
 
-class DQNAgent:
+class DQNAgent(OffPolicyAgent):
     """An epsilon-greedy worker + Q-learning learner; see the module docstring."""
 
     algorithm: ClassVar[str] = "dqn"
@@ -150,24 +138,17 @@ class DQNAgent:
                  config: DQNConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"{self.algorithm} needs a Discrete action space, got {action_space}")
-        self.config = config
-        self.device = device
         self.n_actions = int(action_space.n)
         obs_dim = int(observation_space.shape[0])
+        super().__init__(config, device, obs_dim, act_dim=1)  # the replay buffer keeps the action's index
         self.q_net = QNetwork(obs_dim, self.n_actions, config.hidden, config.dueling).to(device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), config.learning_rate)
-        self.replay = ReplayBuffer(config.buffer_size, obs_dim, 1, device)
-        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
-        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.behaviour = self.q_net
-        self.env_steps = 0
-        self.updates = 0
-        self.loop_stats = LoopStats()
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
+        self.loop.pause()  # in pipeline mode: the learner's owed updates first, then still parameters
         obs = self.obs_norm(obs.to(self.device, torch.float32))
         return self.q_net(obs).argmax(-1) if deterministic else self.explore(obs, self.q_net)
 
@@ -184,7 +165,7 @@ class DQNAgent:
         return torch.where(explore, self.random_action(obs.shape[0]), greedy)
 
     def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
-        obs, steps, metrics = offpolicy_iteration(self, env, obs)
+        obs, steps, metrics = super().train_iteration(env, obs)
         if metrics:
             metrics["epsilon"] = self.epsilon()
         return obs, steps, metrics
@@ -205,32 +186,18 @@ class DQNAgent:
             soft_update(self.q_target, self.q_net, cfg.tau)
         return {"loss": loss.detach(), "q_mean": q.detach().mean()}
 
-    def state_dict(self) -> dict[str, Any]:
-        pause(self)
-        state: dict[str, Any] = {
+    def own_state(self) -> dict[str, Any]:
+        return {
             "q_net": self.q_net.state_dict(),
             "q_target": self.q_target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
-        self.obs_norm.save_into(state)
-        self.reward_norm.save_into(state)
-        if self.config.keep_replay:
-            state["replay"] = self.replay.state_dict()
-        return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        pause(self, stop_learner=True)
-        self.obs_norm.load_from(state, self.algorithm)
-        self.reward_norm.load_from(state)
+    def load_own_state(self, state: Mapping[str, Any]) -> None:
         self.q_net.load_state_dict(state["q_net"])
         self.q_target.load_state_dict(state["q_target"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_learning_rate(self.optimizer, self.config.learning_rate)
-        self.env_steps = int(state["counters"]["env_steps"])
-        self.updates = int(state["counters"]["updates"])
-        if "replay" in state:
-            self.replay.load_state_dict(state["replay"])
 
 
 class DoubleDQNAgent(DQNAgent):

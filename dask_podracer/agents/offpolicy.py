@@ -1,31 +1,79 @@
-"""Pieces shared by the off-policy algorithms (DDPG, TD3, SAC, the DQN family): pure functions and one loop.
+"""What the off-policy algorithms (DDPG, TD3, SAC, the DQN family) share: an agent base, config bases, pure functions.
 
-The worker/learner loop is a function of any agent that follows `OffPolicyLearner`:
-the worker steps every env `steps_per_iteration` times (uniform random actions until
-`learning_starts`, then the agent's exploring policy), putting each step's transitions in
-the on-device replay buffer, and the learner then does `utd_ratio` updates per transition
-collected. With `config.pipeline` the two overlap instead (see `agents/pipeline.py`).
-
-The update schedule is one rule for both loops: a step's `num_envs` transitions earn
-`utd_ratio * num_envs` updates if, once they are in the buffer, the agent is ready to
-learn (`learning_starts` env steps taken and a batch's worth of transitions stored);
-fractions carry over (`LoopStats.take_updates`).
+- `OffPolicyAgent`: the replay buffer, the normalisers, the step and update counters, the loop
+  that runs worker and learner (`loop.SequentialLoop`, or `pipeline.PipelinedLoop` with
+  `config.pipeline`), and the checkpoint layout around each algorithm's own networks.
+- `OffPolicyConfig` and `OffPolicyOptions`: the hyper-parameters every off-policy config has,
+  with their defaults and docstrings written once, and their checks (`validate_offpolicy`).
+- Pure functions of tensors: TD targets, exploration noise, TD3's target smoothing.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, Protocol
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.base import Metrics
 from dask_podracer.agents.ensemble import COMBINE_MODES
+from dask_podracer.agents.loop import LoopStats, SequentialLoop
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
+from dask_podracer.agents.pipeline import Pipeline, PipelinedLoop
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
+
+# -- configs -------------------------------------------------------------------------------
+#
+# An algorithm's config is three dataclasses, its own fields between the shared ones:
+#
+#     class SACConfig(OffPolicyOptions, SACFields, OffPolicyConfig)
+#
+# A dataclass takes its bases' fields from the last base to the first, so the fields (and the tables
+# docs/configuration.md and docs/algorithms.md generate from them) read: OffPolicyConfig's,
+# the algorithm's own, OffPolicyOptions'. The config's own body only restates a shared field whose
+# default (or docstring) differs; a restated field keeps its place.
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyConfig:
+    """The fields an off-policy config opens with: how the worker collects and the learner samples. The
+    defaults are DDPG's; SAC and the DQN family restate the ones they change."""
+
+    num_envs: int = 4
+    """Envs stepped together by the worker."""
+    steps_per_iteration: int = 1
+    """Env steps (per env) collected before each round of updates."""
+    utd_ratio: float = 1.0
+    """Gradient updates per env step collected (summed over envs)."""
+    batch_size: int = 256
+    """Transitions per gradient update."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
+    learning_starts: int = 500
+    """Env steps of uniformly random actions before the first update."""
+    gamma: float = 0.99
+    """Discount factor."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyOptions:
+    """The fields an off-policy config ends with: normalisation, what a checkpoint keeps, pipeline mode."""
+
+    normalize_observations: bool = False
+    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
+    agent, carried in checkpoints; the replay buffer keeps them raw)."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
+    carried in checkpoints; the replay buffer keeps them raw, reported returns stay raw)."""
+    keep_replay: bool = True
+    """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
+    pipeline: bool = False
+    """Run the worker (acting with a snapshot of the actor) ahead of the learner, a thread of its own."""
+    max_policy_lag: int = 64
+    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
 
 
 def check(config: Any, field: str, ok: bool, allowed: str) -> None:
@@ -35,7 +83,8 @@ def check(config: Any, field: str, ok: bool, allowed: str) -> None:
 
 
 def validate_offpolicy(cfg: Any) -> None:
-    """Checks of the fields every off-policy config has (and normalises `hidden` to a tuple)."""
+    """Checks of the fields every off-policy config has: the shared ones, and the `tau` and `hidden` each algorithm
+    declares with its own meaning (normalises `hidden` to a tuple)."""
     object.__setattr__(cfg, "hidden", tuple(int(h) for h in cfg.hidden))
     check(cfg, "num_envs", cfg.num_envs >= 1, ">= 1")
     check(cfg, "steps_per_iteration", cfg.steps_per_iteration >= 1, ">= 1")
@@ -87,148 +136,85 @@ def uniform_action(low: Tensor, high: Tensor, n: int) -> Tensor:
     return low + (high - low) * torch.rand(n, low.shape[0], device=low.device)
 
 
-def regress(optimizer: torch.optim.Optimizer, loss: Tensor, max_grad_norm: float | None = None,
-            params: list[nn.Parameter] | None = None) -> None:
-    """One optimiser step on `loss` (zero grads, backward, optional global-norm clip, step)."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if max_grad_norm is not None and params is not None:
-        nn.utils.clip_grad_norm_(params, max_grad_norm)
-    optimizer.step()
+# -- the agent base ------------------------------------------------------------------------
 
+class OffPolicyAgent:
+    """What every off-policy agent holds and does alike (see the module docstring).
 
-# -- the worker/learner loop ----------------------------------------------------------------
-
-class OffPolicyLearner(Protocol):
-    """What `offpolicy_iteration` needs of an agent."""
-
-    config: Any  # num_envs, steps_per_iteration, utd_ratio, batch_size, learning_starts, pipeline, max_policy_lag
-    replay: ReplayBuffer
-    obs_norm: ObservationNormalizer
-    reward_norm: RewardNormalizer
-    env_steps: int
-    updates: int
-    behaviour: nn.Module  # the network the worker acts with (actor, or Q-network)
-    loop_stats: LoopStats
-
-    def random_action(self, n: int) -> Tensor: ...
-
-    def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
-        """Exploring actions for (normalised) obs `[B, obs_dim]`, acting with `behaviour` (the live network or
-        a snapshot)."""
-        ...
-
-    def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step on a sampled (normalised) batch; returns detached scalar tensors."""
-        ...
-
-
-class LoopStats:
-    """Fractional update credit carried between steps, and how busy the learner was.
-
-    `learner_busy_fraction` = `busy_seconds` / the training phase's wall-clock seconds. The
-    training phase runs from the first `train_iteration` call to now, *including* the time
-    between calls (the caller's own bookkeeping), but not the pauses when the agent was
-    handed back to its caller: from `pause` (called by `act`, `state_dict` and
-    `load_state_dict`, e.g. for an evaluation between iterations) to the next
-    `train_iteration`. `busy_seconds` is the time spent inside updates (sampling a batch
-    and `agent.update`), by the calling thread or, in pipeline mode, the learner thread.
+    A subclass checks its action space, calls this `__init__`, builds its networks and names the
+    one the worker acts with (`behaviour`); it provides `act` (which pauses the loop first),
+    `random_action`, `explore` and `update` (`loop.OffPolicyLearner`), and its own part of a
+    checkpoint: `own_state` and `load_own_state`.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.clock = clock
-        self.credit = 0.0
-        self.busy_seconds = 0.0
-        self.wall_seconds = 0.0  # of the training spans already closed
-        self.span_started: float | None = None
+    algorithm: ClassVar[str]
+    behaviour: nn.Module
 
-    def take_updates(self, amount: float) -> int:
-        self.credit += amount
-        n = int(self.credit)
-        self.credit -= n
-        return n
+    def __init__(self, config: Any, device: torch.device, obs_dim: int, act_dim: int) -> None:
+        self.config = config
+        self.device = device
+        self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
+        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
+        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
+        self.env_steps = 0
+        self.updates = 0
+        self.loop: SequentialLoop = PipelinedLoop() if config.pipeline else SequentialLoop()
 
-    def open_span(self) -> None:
-        if self.span_started is None:
-            self.span_started = self.clock()
+    def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
+        """Collect and learn as the loop says (`loop.SequentialLoop`, `pipeline.PipelinedLoop`)."""
+        return self.loop.train_iteration(self, env, obs)
 
-    def close_span(self) -> None:
-        if self.span_started is not None:
-            self.wall_seconds += self.clock() - self.span_started
-            self.span_started = None
+    def finish(self) -> None:
+        """`Agent.finish`: in pipeline mode the learner makes the updates it owes, and its thread ends."""
+        self.loop.finish()
 
-    def busy_fraction(self) -> float:
-        wall = self.wall_seconds + (self.clock() - self.span_started if self.span_started is not None else 0.0)
-        return self.busy_seconds / max(wall, 1e-9)
+    def own_state(self) -> dict[str, Any]:
+        """This algorithm's entries of a checkpoint (networks, optimizers, ...), in the order they are saved."""
+        raise NotImplementedError
+
+    def load_own_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `own_state` saved, then re-apply this agent's learning rates (a child segment's win)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """`own_state()`, then what every off-policy checkpoint ends with: the counters, the normalisers'
+        statistics and, with `keep_replay`, the replay buffer."""
+        self.loop.pause()  # in pipeline mode the learner's owed updates first: a checkpoint of still parameters
+        state = self.own_state()
+        state["counters"] = {"env_steps": self.env_steps, "updates": self.updates}
+        self.obs_norm.save_into(state)
+        self.reward_norm.save_into(state)
+        if self.config.keep_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a `state_dict()`: the normalisers' statistics (refusing the other observation setting), then
+        `load_own_state`, the counters and the replay buffer if the checkpoint has one."""
+        self.finish()  # no learner thread may update the parameters being replaced; the next iteration starts one
+        self.obs_norm.load_from(state, self.algorithm)  # refuses a checkpoint of the other setting, before any change
+        self.reward_norm.load_from(state)
+        self.load_own_state(state)
+        self.env_steps = int(state["counters"]["env_steps"])
+        self.updates = int(state["counters"]["updates"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+
+    @property
+    def loop_stats(self) -> LoopStats:
+        """The loop's update credit and busy-fraction clock (benchmarks/time_to_target.py reads the latter)."""
+        return self.loop.stats
+
+    @property
+    def _pipeline(self) -> Pipeline | None:
+        """The running pipeline of a pipelined loop, else None (tests/test_pipeline.py looks inside it)."""
+        return self.loop.pipe if isinstance(self.loop, PipelinedLoop) else None
 
 
-def env_step(agent: OffPolicyLearner, env: VecEnv, obs: Tensor, behaviour: nn.Module) -> tuple[Tensor, tuple]:
-    """Step every env once acting with `behaviour` (uniformly random until `learning_starts`). Returns the next
-    obs and the transition `(obs, action, reward, final_obs, terminated, truncated)`, not yet stored."""
-    if agent.env_steps < agent.config.learning_starts:
-        action = agent.random_action(env.num_envs)
+def pause(agent: OffPolicyAgent, stop_learner: bool = False) -> None:
+    """For callers outside the agent (tests, benchmarks): what `act` and `state_dict` do first, `agent.loop.pause()`;
+    with `stop_learner`, `agent.finish()`."""
+    if stop_learner:
+        agent.finish()
     else:
-        with torch.no_grad():
-            action = agent.explore(agent.obs_norm(obs), behaviour)
-    next_obs, reward, terminated, truncated, info = env.step(action)
-    agent.env_steps += env.num_envs
-    return next_obs, (obs, action, reward, info["final_obs"], terminated, truncated)
-
-
-def store_transition(agent: OffPolicyLearner, transition: tuple) -> None:
-    """Put a step's transitions in the replay buffer (raw) and its observations and rewards into the
-    normalisation statistics: one critical section in pipeline mode, so a batch sampled after it sees both."""
-    obs, action, reward, final_obs, terminated, truncated = transition
-    agent.obs_norm.update(obs)
-    agent.reward_norm.update(reward, terminated | truncated)
-    agent.replay.add(obs, action, reward, final_obs, terminated)
-
-
-def sample_batch(agent: OffPolicyLearner) -> dict[str, Tensor]:
-    """A batch for one update, observations and rewards normalised with the statistics so far."""
-    batch = agent.replay.sample(agent.config.batch_size)
-    return agent.reward_norm.normalize_batch(agent.obs_norm.normalize_batch(batch))
-
-
-def ready_to_learn(agent: OffPolicyLearner) -> bool:
-    return agent.env_steps >= agent.config.learning_starts and agent.replay.size >= agent.config.batch_size
-
-
-def earned_updates(agent: OffPolicyLearner, transitions: int) -> int:
-    """The updates `transitions` just stored earn (see the module docstring)."""
-    return agent.loop_stats.take_updates(agent.config.utd_ratio * transitions) if ready_to_learn(agent) else 0
-
-
-def pause(agent: OffPolicyLearner, stop_learner: bool = False) -> None:
-    """Hand the agent back to its caller with still parameters: in pipeline mode wait until the learner
-    thread has made every update owed (and, with `stop_learner`, end it); close the training span."""
-    pipe = agent.__dict__.get("_pipeline")
-    if pipe is not None:
-        pipe.drain()
-        if stop_learner:
-            pipe.close()
-            del agent.__dict__["_pipeline"]
-    agent.loop_stats.close_span()
-
-
-def offpolicy_iteration(agent: OffPolicyLearner, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
-    """The Agent protocol's `train_iteration` for off-policy agents: collect, then update (or pipelined)."""
-    if agent.config.pipeline:
-        from dask_podracer.agents.pipeline import pipelined_iteration
-        return pipelined_iteration(agent, env, obs)
-    cfg, stats = agent.config, agent.loop_stats
-    stats.open_span()
-    owed = 0
-    for _ in range(cfg.steps_per_iteration):
-        obs, transition = env_step(agent, env, obs, agent.behaviour)
-        store_transition(agent, transition)
-        owed += earned_updates(agent, env.num_envs)
-    metrics: Metrics = {}
-    if owed:
-        started = stats.clock()
-        for _ in range(owed):
-            losses = agent.update(sample_batch(agent))
-        metrics = {k: float(v) for k, v in losses.items()}  # one host sync per iteration, not per update
-        stats.busy_seconds += stats.clock() - started
-        metrics["learner_busy_fraction"] = stats.busy_fraction()
-    return obs, env.num_envs * cfg.steps_per_iteration, metrics
+        agent.loop.pause()

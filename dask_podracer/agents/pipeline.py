@@ -1,11 +1,13 @@
 """Pipeline parallelism for off-policy agents: the worker runs ahead while a learner thread updates.
 
-Producer ‖ consumer. The learner is a thread of its own that lives as long as the agent, so
-it keeps working between `train_iteration` calls. The worker (the calling thread) steps the
-envs with a *snapshot* of the behaviour network and puts each step's transitions in the
-replay buffer at once; each step earns updates by the sequential loop's rule
-(`offpolicy.earned_updates`), which the learner pays one at a time, sampling from all that
-was collected so far. `train_iteration` returns as soon as its env steps are taken, with
+`PipelinedLoop` is the loop an off-policy agent runs with `config.pipeline`. It extends
+`loop.SequentialLoop` and keeps its update schedule (`earned_updates`) and its steps. Producer ‖
+consumer: the learner is a thread of its own that lives from the first `train_iteration` until
+the loop's `finish` (or until the agent is collected), so it keeps working between
+`train_iteration` calls. The worker (the calling thread) steps the envs with a *snapshot* of the
+behaviour network and puts each step's transitions in the replay buffer at once; each step earns
+updates by the sequential loop's rule, which the learner pays one at a time, sampling from all
+that was collected so far. `train_iteration` returns as soon as its env steps are taken, with
 the learner still at work. So the update-to-data ratio is the sequential loop's on
 average, and exactly its count of updates whenever the agent is paused.
 
@@ -20,9 +22,11 @@ queued for the learner). So the worker runs ahead of the learner by up to
 `max_policy_lag / (utd_ratio * num_envs)` env steps, and `policy_lag_max` (the largest lag
 it acted with) never exceeds the bound.
 
-Pausing: `act`, `state_dict` and `load_state_dict` call `offpolicy.pause`, which waits until
-the learner has made every update owed (at most `max_policy_lag + utd_ratio * num_envs`)
-and then finds it idle, so an evaluation or a checkpoint sees still parameters.
+Pausing: `act` and `state_dict` call the loop's `pause`, which waits until the learner has
+made every update owed (at most `max_policy_lag + utd_ratio * num_envs`) and then finds it
+idle, so an evaluation or a checkpoint sees still parameters. The loop's `finish` (after a
+segment's last iteration, and first thing in `load_state_dict`) does the same and then ends
+the learner thread; a later `train_iteration` starts a new one, with a fresh snapshot.
 
 Locks: `replay_lock` orders the worker's `replay.add` and the learner's `replay.sample` (a
 full ring overwrites rows the learner may be reading); `params_lock` is held by the learner
@@ -31,13 +35,14 @@ mixes two updates; `counters_lock` guards the counters both threads wait on (the
 `work`, for updates owed; the worker on `progress`, woken only when the count it waits for is
 reached, not after every update).
 
-CUDA (written with care but not yet run on a GPU: the development machine has none): the
-learner issues its work on a stream of its own, the worker on its current stream, and
-events order what the locks order on the host: a sample waits for the latest `replay.add`
-(`added`), an add for the latest sample's gather (`sampled`), a snapshot copy for the
-latest update (`updated`) and the next update for that copy (`copied`); `drain` makes the
-worker's stream wait for the learner's. On a GPU `learner_busy_fraction` measures the host
-time inside updates (launching kernels), not device utilisation.
+CUDA (run on one H100, where the CUDA pipeline test passed: docs/benchmarks.md, "On one H100";
+pipelined training on a GPU has not been timed): the learner issues its work on a stream of its
+own, the worker on its current stream, and events order what the locks order on the host: a
+sample waits for the latest `replay.add` (`added`), an add for the latest sample's gather
+(`sampled`), a snapshot copy for the latest update (`updated`) and the next update for that
+copy (`copied`); `drain` makes the worker's stream wait for the learner's. On a GPU
+`learner_busy_fraction` measures the host time inside updates (launching kernels), not device
+utilisation.
 
 Not bit-reproducible: how many updates precede each env step depends on thread timing, and
 both threads draw from torch's global RNG. The sequential loop is reproducible.
@@ -56,11 +61,12 @@ import torch
 from torch import Tensor
 
 from dask_podracer.agents.base import Metrics
-from dask_podracer.agents.offpolicy import OffPolicyLearner, earned_updates, env_step, sample_batch, store_transition
+from dask_podracer.agents.loop import (LoopStats, OffPolicyLearner, SequentialLoop, env_step, sample_batch,
+                                       store_transition)
 from dask_podracer.envs import VecEnv
 
 
-_LIVE: weakref.WeakSet[_Pipeline] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Pipeline] = weakref.WeakSet()
 
 
 @atexit.register
@@ -74,10 +80,12 @@ def _stop_learners() -> None:
         pipe.thread.join(timeout=10)
 
 
-class _Pipeline:
-    """One agent's learner thread, the worker's snapshot, and what the two share."""
+class Pipeline:
+    """One running pipeline: the learner thread, the worker's snapshot, and what the two share. A
+    `PipelinedLoop` starts one on its first `train_iteration` and ends it in `finish`."""
 
-    def __init__(self, agent: OffPolicyLearner) -> None:
+    def __init__(self, agent: OffPolicyLearner, stats: LoopStats) -> None:
+        self.stats = stats  # the loop's clock: the learner thread adds its busy seconds
         self.params_lock = threading.Lock()
         self.replay_lock = threading.Lock()
         self.counters_lock = threading.Lock()
@@ -198,7 +206,7 @@ class _Pipeline:
         return losses
 
 
-def _learner_main(agent_ref: weakref.ref, pipe: _Pipeline, threads: int) -> None:
+def _learner_main(agent_ref: weakref.ref, pipe: Pipeline, threads: int) -> None:
     """The learner thread: pay the updates owed, one at a time, until told to stop or the agent is gone."""
     torch.set_num_threads(threads)  # the worker's setting, not torch's default for a new thread
     with pipe.learner_context():
@@ -211,16 +219,16 @@ def _learner_main(agent_ref: weakref.ref, pipe: _Pipeline, threads: int) -> None
             if agent is None:
                 return
             try:
-                started = agent.loop_stats.clock()
+                started = pipe.stats.clock()
                 losses = pipe.update(agent, pipe.sample(agent))
-                elapsed = agent.loop_stats.clock() - started
+                elapsed = pipe.stats.clock() - started
             except Exception as e:  # handed to the worker, which raises it
                 with pipe.counters_lock:
                     pipe.error = e
                     pipe.progress.notify_all()
                 return
             with pipe.counters_lock:
-                agent.loop_stats.busy_seconds += elapsed  # only this thread writes it in pipeline mode
+                pipe.stats.busy_seconds += elapsed  # only this thread writes it in pipeline mode
                 pipe.done += 1
                 pipe.losses = losses
                 if pipe.done >= pipe.wake_at:
@@ -228,22 +236,42 @@ def _learner_main(agent_ref: weakref.ref, pipe: _Pipeline, threads: int) -> None
             del agent
 
 
-def pipelined_iteration(agent: OffPolicyLearner, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
-    """`train_iteration` with the worker running ahead of the learner thread (see the module docstring)."""
-    cfg = agent.config
-    agent.loop_stats.open_span()
-    pipe: _Pipeline | None = agent.__dict__.get("_pipeline")
-    if pipe is None:
-        pipe = agent.__dict__["_pipeline"] = _Pipeline(agent)
-    pipe.check()
-    per_step = max(1, int(cfg.utd_ratio * env.num_envs))  # the updates one env step earns, about
-    for _ in range(cfg.steps_per_iteration):
-        pipe.bound_lag(agent, cfg.max_policy_lag, per_step)
-        obs, transition = env_step(agent, env, obs, pipe.snapshot)
-        pipe.store(agent, transition)
-        pipe.schedule(earned_updates(agent, env.num_envs))
-    metrics: Metrics = pipe.latest_losses()
-    if metrics:
-        metrics["learner_busy_fraction"] = agent.loop_stats.busy_fraction()
-        metrics["policy_lag_max"] = float(pipe.max_lag_seen)
-    return obs, env.num_envs * cfg.steps_per_iteration, metrics
+class PipelinedLoop(SequentialLoop):
+    """The worker runs ahead of a learner thread (see the module docstring); the sequential loop's schedule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pipe: Pipeline | None = None  # running from the first train_iteration until finish
+
+    def train_iteration(self, agent: OffPolicyLearner, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
+        cfg = agent.config
+        self.stats.open_span()
+        if self.pipe is None:
+            self.pipe = Pipeline(agent, self.stats)
+        pipe = self.pipe
+        pipe.check()
+        per_step = max(1, int(cfg.utd_ratio * env.num_envs))  # the updates one env step earns, about
+        for _ in range(cfg.steps_per_iteration):
+            pipe.bound_lag(agent, cfg.max_policy_lag, per_step)
+            obs, transition = env_step(agent, env, obs, pipe.snapshot)
+            pipe.store(agent, transition)
+            pipe.schedule(self.earned_updates(agent, env.num_envs))
+        metrics: Metrics = pipe.latest_losses()
+        if metrics:
+            metrics["learner_busy_fraction"] = self.stats.busy_fraction()
+            metrics["policy_lag_max"] = float(pipe.max_lag_seen)
+        return obs, env.num_envs * cfg.steps_per_iteration, metrics
+
+    def pause(self) -> None:
+        """Wait until the learner has made every update owed (it is then idle), then close the training span."""
+        if self.pipe is not None:
+            self.pipe.drain()
+        super().pause()
+
+    def finish(self) -> None:
+        """Pause, and end the learner thread: the parameters are final, or about to be replaced by a load."""
+        if self.pipe is not None:
+            self.pipe.drain()
+            self.pipe.close()
+            self.pipe = None
+        super().finish()

@@ -18,7 +18,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
@@ -292,6 +292,9 @@ class PPOAgent:
             metrics["episode_return"] = float(ep_return_sum) / count
         return obs, cfg.batch_size, metrics
 
+    def finish(self) -> None:
+        """Nothing runs between iterations: each `train_iteration` ends with its updates made."""
+
     def _update(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
         """One gradient step on a minibatch (dict of `[N, ...]` tensors); returns detached scalars."""
         cfg = self.config
@@ -304,10 +307,7 @@ class PPOAgent:
         v_loss = value_loss(self.value(mb["obs"]), mb["values"], mb["returns"], cfg.clip_value)
         entropy = entropy.mean()
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_([*self.actor.parameters(), *self.critic.parameters()], cfg.max_grad_norm)
-        self.optimizer.step()
+        regress(self.optimizer, loss, cfg.max_grad_norm, [*self.actor.parameters(), *self.critic.parameters()])
         return {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy.detach(),
                 "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 

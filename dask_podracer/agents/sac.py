@@ -1,10 +1,11 @@
 """Soft Actor-Critic (Haarnoja et al. 2018) with a batched critic ensemble and automatic entropy tuning.
 
-One iteration (`offpolicy.offpolicy_iteration`, shared with DDPG, TD3 and DQN): the worker
-steps every env `steps_per_iteration` times with the current stochastic actor, appending to
-an on-device replay buffer; the learner then does `utd_ratio` gradient updates per env step
-collected. TD targets combine the target critics by `target_combine` (min: clipped double Q;
-redq: the min over a random subset), the actor follows their `actor_combine` (mean).
+One iteration (the loop of `offpolicy.OffPolicyAgent`, shared with DDPG, TD3 and DQN: loop.py):
+the worker steps every env `steps_per_iteration` times with the current stochastic actor,
+appending to an on-device replay buffer; the learner then does `utd_ratio` gradient updates
+per env step collected. TD targets combine the target critics by `target_combine` (min:
+clipped double Q; redq: the min over a random subset), the actor follows their
+`actor_combine` (mean).
 """
 
 from __future__ import annotations
@@ -18,32 +19,17 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, set_learning_rate
+from dask_podracer.agents.base import AlgorithmInfo, adam, register_algorithm, regress, set_learning_rate
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
-from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
-from dask_podracer.agents.offpolicy import (LoopStats, check, offpolicy_iteration, pause, regress, td_target,
+from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, td_target,
                                             uniform_action, validate_ensemble, validate_offpolicy)
-from dask_podracer.agents.replay import ReplayBuffer
-from dask_podracer.envs import VecEnv
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
-    num_envs: int = 4
-    """Envs stepped together by the worker."""
-    steps_per_iteration: int = 1
-    """Env steps (per env) collected before each round of updates."""
-    utd_ratio: float = 0.5
-    """Gradient updates per env step collected (summed over envs)."""
-    batch_size: int = 256
-    """Transitions per gradient update."""
-    buffer_size: int = 100_000
-    """Replay capacity in transitions (at least batch_size and num_envs * steps_per_iteration)."""
-    learning_starts: int = 500
-    """Env steps of uniformly random actions before the first update."""
-    gamma: float = 0.99
-    """Discount factor."""
+class SACFields:
+    """SAC's own hyper-parameters; `SACConfig` lists them between the shared off-policy ones."""
+
     tau: float = 0.01
     """Polyak rate of the target critics."""
     actor_lr: float = 1e-3
@@ -68,18 +54,13 @@ class SACConfig:
     """Heads in the random subset that "redq" takes the minimum over."""
     combine_weight: float = 0.5
     """"weighted" combines weight * min + (1 - weight) * mean (an L-estimator over the sorted heads)."""
-    normalize_observations: bool = False
-    """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
-    agent, carried in checkpoints; the replay buffer keeps them raw)."""
-    normalize_rewards: bool = False
-    """Scale rewards by the running standard deviation of the discounted return (no shift; kept by the agent,
-    carried in checkpoints; the replay buffer keeps them raw, reported returns stay raw)."""
-    keep_replay: bool = True
-    """Save the replay buffer in checkpoints, so a child segment continues from its parent's data."""
-    pipeline: bool = False
-    """Run the worker (acting with a snapshot of the actor) ahead of the learner, a thread of its own."""
-    max_policy_lag: int = 64
-    """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig(OffPolicyOptions, SACFields, OffPolicyConfig):
+    """SAC's hyper-parameters: the shared off-policy ones (offpolicy.py) around `SACFields`."""
+
+    utd_ratio: float = 0.5  # SAC's default of a shared field
 
     def __post_init__(self) -> None:
         validate_offpolicy(self)
@@ -88,17 +69,16 @@ class SACConfig:
         validate_ensemble(self)
 
 
-class SACAgent:
+class SACAgent(OffPolicyAgent):
     algorithm: ClassVar[str] = "sac"
 
     def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: SACConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"sac needs a continuous (Box) action space, got {action_space}")
-        self.config = config
-        self.device = device
         obs_dim = int(observation_space.shape[0])
         self.act_dim = act_dim = int(action_space.shape[0])
+        super().__init__(config, device, obs_dim, act_dim)
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=device)
         self.actor = SquashedGaussianActor(obs_dim, act_dim, config.hidden, action_space.low, action_space.high).to(device)
@@ -109,17 +89,11 @@ class SACAgent:
         self.critic_optim = adam(self.critic.parameters(), config.critic_lr)
         self.alpha_optim = adam([self.log_alpha], config.alpha_lr)
         self.target_entropy = -config.target_entropy_scale * act_dim
-        self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
-        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
-        self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.behaviour = self.actor
-        self.env_steps = 0
-        self.updates = 0
-        self.loop_stats = LoopStats()
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        pause(self)  # in pipeline mode: the learner's owed updates first, then still parameters
+        self.loop.pause()  # in pipeline mode: the learner's owed updates first, then still parameters
         action, _ = self.actor(self.obs_norm(obs.to(self.device, torch.float32)), deterministic=deterministic)
         return action
 
@@ -128,9 +102,6 @@ class SACAgent:
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
         return behaviour(obs.to(self.device, torch.float32), deterministic=False)[0]
-
-    def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
-        return offpolicy_iteration(self, env, obs)
 
     def _combine(self, q: Tensor, how: str) -> Tensor:
         return combine(q, how, self.config.redq_subset, self.config.combine_weight)
@@ -167,9 +138,8 @@ class SACAgent:
             "q_mean": q.detach().mean(),
         }
 
-    def state_dict(self) -> dict[str, Any]:
-        pause(self)
-        state: dict[str, Any] = {
+    def own_state(self) -> dict[str, Any]:
+        return {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
@@ -177,20 +147,11 @@ class SACAgent:
             "actor_optim": self.actor_optim.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
             "alpha_optim": self.alpha_optim.state_dict(),
-            "counters": {"env_steps": self.env_steps, "updates": self.updates},
         }
-        self.obs_norm.save_into(state)
-        self.reward_norm.save_into(state)
-        if self.config.keep_replay:
-            state["replay"] = self.replay.state_dict()
-        return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_own_state(self, state: Mapping[str, Any]) -> None:
         """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
-        pause(self, stop_learner=True)
         state = fit_ensemble_state(state, self.config.num_critics)
-        self.obs_norm.load_from(state, self.algorithm)
-        self.reward_norm.load_from(state)
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
@@ -203,10 +164,6 @@ class SACAgent:
         set_learning_rate(self.actor_optim, cfg.actor_lr)
         set_learning_rate(self.critic_optim, cfg.critic_lr)
         set_learning_rate(self.alpha_optim, cfg.alpha_lr)
-        self.env_steps = int(state["counters"]["env_steps"])
-        self.updates = int(state["counters"]["updates"])
-        if "replay" in state:
-            self.replay.load_state_dict(state["replay"])
 
 
 register_algorithm(AlgorithmInfo(
