@@ -8,14 +8,19 @@ import sys
 
 import pytest
 
+from dask_podracer.train import host_memory
 from dask_podracer.train.host_memory import restore_malloc_thresholds
 
 GLIBC_WITH_MALLINFO2 = sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "mallinfo2")
 
-# In a fresh process (glibc reads its variables at start): is a new 1 MiB block a fresh mmap?
+# In a fresh process (glibc reads its variables at start): is a new 1 MiB block a fresh mmap? host_memory.py needs
+# ctypes only: it is loaded from its file, not through dask_podracer.train, whose import loads torch (2-3 s a process).
 PROBE = """
-import ctypes, json, sys
-from dask_podracer.train.host_memory import restore_malloc_thresholds
+import ctypes, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("host_memory", sys.argv[2])
+host_memory = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(host_memory)
+restore_malloc_thresholds = host_memory.restore_malloc_thresholds
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -32,7 +37,8 @@ print(json.dumps({"restored": restored, "mmapped": libc.mallinfo2().hblks - befo
 
 def probe(mode: str, **variables: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | variables
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", PROBE, mode, host_memory.__file__], env=env, check=True,
+                         capture_output=True, text=True)
     return json.loads(out.stdout)
 
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import LocalCluster
 
 from dask_podracer.config import ClusterConfig, ConfigError, config_from_dict
 from dask_podracer.population import ClusterError, embedded_client, run_tournament
@@ -25,11 +25,10 @@ def tiny(store, sections=None, **run):
                                                                  "budget": "3m", "store": str(store), **run}})
 
 
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as c:
-        yield c
+@pytest.fixture
+def client(cpu_client):
+    """The suite's shared LocalCluster of two daemonic worker processes (tests/conftest.py)."""
+    return cpu_client
 
 
 def test_a_store_only_the_client_can_see_fails_before_any_segment(client):

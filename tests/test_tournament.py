@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import get_task_stream
 
 from dask_podracer.config import config_from_dict
 from dask_podracer.population import run_tournament
@@ -22,11 +22,10 @@ TINY = {
 }
 
 
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as c:
-        yield c
+@pytest.fixture
+def client(cpu_client):
+    """The suite's shared LocalCluster of two worker processes (tests/conftest.py)."""
+    return cpu_client
 
 
 def tiny_config(store, **run):
@@ -36,7 +35,8 @@ def tiny_config(store, **run):
 def test_tournament_fills_a_leaderboard_whose_entries_all_load(client, tmp_path):
     store_path = tmp_path / "t.zarr"
     progress = []
-    summary = run_tournament(tiny_config(store_path), client, on_progress=progress.append)
+    with get_task_stream(client) as stream:  # which worker ran each task, as the scheduler saw it
+        summary = run_tournament(tiny_config(store_path), client, on_progress=progress.append)
     assert summary.stop_reason == "max_segments"
     assert summary.segments_completed == 4 and summary.segments_failed == 0
     assert summary.env_steps == 800 and len(summary.history) == 4 and len(progress) == 4
@@ -55,8 +55,11 @@ def test_tournament_fills_a_leaderboard_whose_entries_all_load(client, tmp_path)
     children = [r for r in history if r["parent"] is not None]
     assert children and all(r["generation"] == 1 for r in children)  # after 2 fresh agents, picks from the board
     assert len(store.checkpoint_keys()) == 4  # every segment's checkpoint is kept
-    # two worker processes really shared the work
-    assert len({k for k in client.scheduler_info()["workers"]}) == 2
+    # two worker processes really shared the work: every recorded segment ran as a task, and each worker ran some
+    ran_on = {task["key"].removeprefix("segment-"): task["worker"] for task in stream.data
+              if task["key"].startswith("segment-") and task["status"] == "OK"}
+    assert set(ran_on) == {r["key"] for r in history}
+    assert set(ran_on.values()) == set(client.scheduler_info()["workers"]) and len(set(ran_on.values())) == 2
 
 
 def test_second_run_on_the_same_store_continues_it(client, tmp_path):
@@ -129,12 +132,23 @@ def test_cli_runs_on_an_existing_cluster_given_its_address(client, tmp_path):
     assert len(PodracerStore(store).read_history()) == 2
 
 
+# `python -m dask_podracer.cli` with a connect timeout of 1 s instead of 10: Dask retries a refused address until
+# the timeout ends, and what the CLI says after it is the same
+CLI_WITH_A_SHORT_CONNECT_TIMEOUT = """
+import functools, sys
+import dask_podracer.population as population
+population.connect = functools.partial(population.connect, timeout="1s")
+from dask_podracer.cli import main
+sys.exit(main())
+"""
+
+
 def test_cli_says_clearly_when_the_scheduler_cannot_be_reached(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY_TOML)
     store = tmp_path / "never.zarr"
-    run = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store", str(store),
-                          "--scheduler", "tcp://127.0.0.1:9"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", CLI_WITH_A_SHORT_CONNECT_TIMEOUT, "train", str(config), "--store",
+                          str(store), "--scheduler", "tcp://127.0.0.1:9"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in run.stderr
     assert "Traceback" not in run.stderr and not store.exists()
 
