@@ -39,6 +39,9 @@ class RunConfig:
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the env's constructor, e.g. `{ vectorization_mode = "async" }` for a gymnasium env
     or your own env's parameters; checkpoints record them with the env's name."""
+    eval_env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments that the evaluation env (the one that scores each segment) is built with on top of
+    `env_kwargs`, e.g. `{ period = "validation" }` so a trading env scores agents on dates they never train on."""
     algorithm: str | None = None
     """Algorithm name, e.g. "sac" or "ppo"; omit it when the config declares [[groups]]."""
     name: str = "tournament"
@@ -62,14 +65,9 @@ class RunConfig:
             object.__setattr__(self, "env", canonical_env_name(self.env))
         except (ValueError, ImportError, TypeError) as e:  # an import path that does not lead to a VecEnv
             raise ConfigError(f"run.env: {e}") from None
-        _require(isinstance(self.env_kwargs, Mapping) and all(isinstance(k, str) for k in self.env_kwargs),
-                 "run.env_kwargs", "a table of keyword arguments", self.env_kwargs)
-        try:  # checkpoints record them as JSON: a TOML date would fail every segment's save, after training
-            json.dumps(self.env_kwargs, allow_nan=False)
-        except (TypeError, ValueError):
-            _require(False, "run.env_kwargs", "strings, numbers, booleans, lists and tables (checkpoints keep them "
-                     "as JSON)", self.env_kwargs)
-        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        for field in ("env_kwargs", "eval_env_kwargs"):
+            _check_kwargs(getattr(self, field), f"run.{field}")
+            object.__setattr__(self, field, dict(getattr(self, field)))
         if self.algorithm is not None:
             _require(self.algorithm in registered_algorithms(), "run.algorithm",
                      f"one of {registered_algorithms()}", self.algorithm)
@@ -253,6 +251,16 @@ class StoreConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    tensorboard: str = ""
+    """A directory to write TensorBoard event files to as the run goes (one run per agent); empty writes none.
+    The client writes them from the history, never a worker. Needs the `tensorboard` extra."""
+    mlflow: str = ""
+    """An MLflow tracking URI (a local `mlruns` directory or a server) to log the same to; empty logs nothing.
+    Needs the `mlflow` extra."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     run: RunConfig
     tournament: TournamentConfig
@@ -264,6 +272,8 @@ class Config:
     """Where the config came from, for messages."""
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     """Retention of the store's checkpoints ([store]); where the store is, is run.store."""
+    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
+    """Where finished segments are logged besides the store ([logging]): TensorBoard, MLflow."""
 
     @property
     def hparams(self) -> Mapping[str, Any]:
@@ -286,7 +296,7 @@ class Config:
 
 
 _SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig,
-             "store": StoreConfig}
+             "store": StoreConfig, "logging": LoggingConfig}
 
 
 def load_config(path: str | Path) -> Config:
@@ -452,6 +462,15 @@ _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str:
 
 def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
+
+
+def _check_kwargs(kwargs: Any, field: str) -> None:
+    _require(isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs), field,
+             "a table of keyword arguments", kwargs)
+    try:  # checkpoints record them as JSON: a TOML date would fail every segment's save, after training
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError):
+        _require(False, field, "strings, numbers, booleans, lists and tables (checkpoints keep them as JSON)", kwargs)
 
 
 def _require(ok: bool, field: str, allowed: str, got: Any) -> None:

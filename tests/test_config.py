@@ -144,3 +144,11 @@ def test_the_configuration_reference_is_generated_from_the_dataclasses():
     spec.loader.exec_module(maker)
     written = (ROOT / "docs" / "configuration.md").read_text()
     assert maker.render() == written, "docs/configuration.md is stale: run python docs/make_config_reference.py"
+
+
+def test_eval_env_kwargs_are_checked_like_env_kwargs():
+    with pytest.raises(ConfigError, match=r"run.eval_env_kwargs must be a table of keyword arguments, got 3"):
+        config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "eval_env_kwargs": 3}})
+    config = config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac",
+                                       "eval_env_kwargs": {"period": "validation"}}})
+    assert config.run.eval_env_kwargs == {"period": "validation"}

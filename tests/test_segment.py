@@ -166,3 +166,16 @@ def test_an_agent_loaded_to_act_reads_no_shared_ancestor(tmp_path):
     assert full.replay.size == 100 and bare.replay.size == 0  # only s2's own rows were readable
     obs = torch.linspace(-1, 1, 30).reshape(10, 3)
     assert torch.equal(full.act(obs), bare.act(obs))
+
+
+def test_eval_env_kwargs_build_the_scoring_env_only(store):
+    # gymnasium's Pendulum with max_episode_steps = 20 scores 20-step episodes: returns a tenth of 200 steps'
+    pendulum = {"env": "gym:Pendulum-v1", "eval_episodes": 2}
+    full = run_segment(spec(store, "a", **pendulum))
+    short = run_segment(spec(store, "b", eval_env_kwargs={"max_episode_steps": 20}, **pendulum))
+    assert short.score > full.score / 4  # an untrained pendulum loses about as much on each step
+    # the training env was the same: the checkpoint records the training kwargs, and the agents are equal
+    assert store.checkpoint_attrs("b")["env_kwargs"] == {}
+    assert short.total_env_steps == full.total_env_steps == 100
+    trained = [load_agent(store, key).actor.state_dict() for key in ("a", "b")]
+    assert all(torch.equal(trained[0][name], trained[1][name]) for name in trained[0])

@@ -45,6 +45,9 @@ STATE_SECONDS = 5.0
 """The run state (every agent's hyper-parameters and checkpoint: large for a large pool) is written at most
 this often, and when the run stops. A resumed run whose state is older than its history loses nothing:
 checkpoints no record names are recovered, those of agents it did not know of go to the board only."""
+HEARTBEAT_SECONDS = 30.0
+"""A run writes its state at least this often, even when nothing happens, so `podracer status` tells a run
+going (a state written within a few heartbeats) from one whose client was killed."""
 FINISHED = ("target", "budget", "max_segments", "failing")
 """Stop reasons of an invocation that ended by itself; any other end (a killed client, a lost
 scheduler, Ctrl-C) leaves it unfinished, and the next invocation continues its budget."""
@@ -147,6 +150,7 @@ class _Loop:
         # instead of one blocking round trip per `future.result()` in this loop
         self.queue = as_completed(with_results=True, raise_errors=False)
         self.started = time.monotonic()
+        self.started_at = time.time()  # the wall-clock date, for `podracer status`
         self.completed = self.failed = self.env_steps = 0
         self.last_error: str | None = None
         self.curve: list[dict[str, Any]] = []
@@ -180,6 +184,8 @@ class _Loop:
                 if not self.stop_reason and time.monotonic() >= next_poll:
                     self._poll()
                     next_poll = time.monotonic() + self.poll_seconds
+                if time.monotonic() - self.state_written >= HEARTBEAT_SECONDS:
+                    self.dirty = True
                 if time.monotonic() - self.flushed >= FLUSH_SECONDS:
                     self._flush()  # one write of each table per second at most, not per event
         finally:
@@ -334,6 +340,7 @@ class _Loop:
             eval_episodes=seg.eval_episodes, device=seg.device, torch_threads=seg.torch_threads,
             generation=train.plan.generation, load_replay=train.plan.load_replay,
             share_replay=self.config.tournament.replay == "share", env_kwargs=run.env_kwargs,
+            eval_env_kwargs=run.eval_env_kwargs,
         )
         future = self.client.submit(self.segment_fn, spec, key=task_key(spec.key), resources=self.slots.resources,
                                     pure=False, retries=self.config.tournament.retries)
@@ -401,6 +408,9 @@ class _Loop:
             "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,
             "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},
             "retention": {"on": retention.retention, "keep_per_agent": retention.keep_per_agent},
+            # dates (Unix seconds): a state not finished and not stopped, written recently, is a run going now
+            "invocation_started_at": self.started_at, "written_at": time.time(),
+            "heartbeat_seconds": HEARTBEAT_SECONDS,
         })
         if retention.retention:
             self._collect()  # after the state: a resumed run never finds an agent on a deleted checkpoint

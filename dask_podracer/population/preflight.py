@@ -24,15 +24,21 @@ from dask_podracer.store import PodracerStore, StoreError
 
 def check_constructs(config: Config) -> None:
     """Build the env and a fresh agent of every group here, so a config that cannot run fails first."""
-    kwargs = config.run.env_kwargs
+    run = config.run
+    env = _built(run.env, run.env_kwargs, "run.env_kwargs")
+    if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
+        _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs")
+    for group in config.groups:
+        make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+def _built(env: str, kwargs: dict, field: str):
     try:
-        env = make_vec_env(config.run.env, 1, device="cpu", **kwargs)
+        return make_vec_env(env, 1, device="cpu", **kwargs)
     except TypeError as e:
         if not kwargs:
             raise
-        raise ConfigError(f"run.env_kwargs {kwargs} do not fit {config.run.env!r}: {e}") from None
-    for group in config.groups:
-        make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+        raise ConfigError(f"{field} {kwargs} do not fit {env!r}: {e}") from None
 
 
 def check_store_fits(config: Config) -> None:

@@ -63,7 +63,8 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     finish_training(agent)
     train_seconds = time.perf_counter() - started
 
-    eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed, **spec.env_kwargs)
+    eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed,
+                            **{**spec.env_kwargs, **spec.eval_env_kwargs})
     returns = episode_returns(agent, eval_env, seed=spec.eval_seed)
     score = float(returns.mean())
     # the standard error of that mean: how far apart two scores must be before they say something

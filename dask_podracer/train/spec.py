@@ -45,6 +45,8 @@ class SegmentSpec:
     (`tournament.replay = "share"`): a lineage then stores each transition once, not in every checkpoint."""
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the env's constructor (`run.env_kwargs`)."""
+    eval_env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments the evaluation env is built with on top of `env_kwargs` (`run.eval_env_kwargs`)."""
 
     def __post_init__(self) -> None:
         if self.env_steps <= 0 and self.seconds <= 0:
