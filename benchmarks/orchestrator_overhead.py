@@ -34,7 +34,7 @@ def fake_segment(spec: SegmentSpec, sleep: float = 0.0) -> SegmentResult:
     time.sleep(sleep)
     score = random.Random(spec.seed).uniform(-1500, -100)
     return SegmentResult(key=spec.key, parent=spec.parent, algorithm=spec.algorithm, env=spec.env,
-                         hparams=spec.hparams, score=score, env_steps=1000, total_env_steps=1000, train_seconds=sleep,
+                         hparams=spec.hparams, score=score, segment_env_steps=1000, lineage_env_steps=1000, train_seconds=sleep,
                          eval_seconds=0.0, generation=spec.generation, device="cpu", metrics={})
 
 

@@ -32,7 +32,7 @@ def lineage(root: Path, share: bool, segments: int, env_steps: int, buffer: int)
     sizes, parent, started = [], None, time.perf_counter()
     for i in range(segments):
         run_segment(SegmentSpec(key=f"k{i}", store_url=store.url, env="Pendulum-v1", algorithm="sac",
-                                hparams=hparams, parent=parent, seed=i, env_steps=env_steps, eval_episodes=2,
+                                hparams=hparams, parent=parent, seed=i, env_step_budget=env_steps, eval_episodes=2,
                                 generation=i, share_replay=share))
         parent = f"k{i}"
         sizes.append(size(Path(store.url) / "checkpoints"))

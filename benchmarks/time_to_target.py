@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 
 from dask_podracer.agents import make_agent
-from dask_podracer.agents.offpolicy import pause
+from dask_podracer.agents.offpolicy import OffPolicyAgent
 from dask_podracer.envs import make_vec_env
 
 EVAL_SEED = 1_000_003
@@ -93,15 +93,14 @@ def run_ours(name: str, args: argparse.Namespace) -> tuple[bool, float, int, flo
         steps += n
         if steps >= next_eval:
             next_eval = steps + eval_every
-            if hasattr(agent, "loop_stats"):  # off-policy: drain a pipelined learner on the training clock
-                pause(agent)
-                busy = agent.loop_stats.busy_fraction()
+            if isinstance(agent, OffPolicyAgent):  # drain a pipelined learner on the training clock
+                agent.loop.pause()
+                busy = agent.loop.stats.busy_fraction()
             score = clock.evaluate(lambda o: agent.act(o, deterministic=True))
             if score >= args.target:
                 return True, clock.train_seconds(), steps, score, busy
     seconds = clock.train_seconds()
-    if hasattr(agent, "loop_stats"):
-        pause(agent, stop_learner=True)  # off the clock: a pipelined learner must not compete with the next agent
+    agent.finish()  # off the clock: a pipelined learner must not compete with the next agent
     return False, seconds, steps, score, busy
 
 

@@ -8,7 +8,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI imports the library lazily, so `podracer --help` loads neither torch nor zarr
+    from dask_podracer.store.records import LeaderboardEntry
 
 EXIT_USAGE = 2
 
@@ -154,29 +157,21 @@ def _tls_files(args: argparse.Namespace):
 
 
 def _run(config, scheduler: str | None, quiet: bool, tls=None):
-    from dask_podracer.population import (ClusterError, check_constructs, check_store_fits, connect, embedded_client,
-                                          run_tournament)
+    from dask_podracer.config import ConfigError
+    from dask_podracer.population import ClusterError, run_tournament
     from dask_podracer.store import StoreError
 
-    try:
-        check_constructs(config)
-        check_store_fits(config)  # before the cluster starts
-    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
-        raise UserError(f"{config.source}: {e}") from None
-    except StoreError as e:
-        raise UserError(str(e)) from None
-    budget = config.run.budget_seconds
-    printer = None if quiet else _progress_printer(budget)
-    try:
+    def started(client) -> None:
         if scheduler is None:
-            with embedded_client(config.cluster) as client:
-                _say(quiet, f"embedded LocalCluster: {len(client.cluster.workers)} workers, "
-                            f"dashboard {client.dashboard_link}")
-                return run_tournament(config, client, on_progress=printer)
-        with connect(scheduler, tls) as client:
+            _say(quiet, f"embedded LocalCluster: {len(client.cluster.workers)} workers, "
+                        f"dashboard {client.dashboard_link}")
+        else:
             _say(quiet, f"cluster at {scheduler}: dashboard {client.dashboard_link}")
-            return run_tournament(config, client, on_progress=printer)
-    except (StoreError, ClusterError) as e:
+
+    printer = None if quiet else _progress_printer(config.run.budget_seconds)
+    try:
+        return run_tournament(config, on_progress=printer, scheduler=scheduler, tls=tls, on_start=started)
+    except (ConfigError, StoreError, ClusterError) as e:
         raise UserError(str(e)) from None
     except OSError as e:  # distributed's CommClosedError among them: the scheduler went while the run started
         first = str(e).splitlines()[0] if str(e) else ""
@@ -330,7 +325,7 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
     return value
 
 
-def format_leaderboard(entries: Sequence[dict[str, Any]]) -> str:
+def format_leaderboard(entries: Sequence[LeaderboardEntry]) -> str:
     if not entries:
         return "(the leaderboard is empty)"
     lines = [f"{'rank':>4}  {'key':<17} {'score':>9} {'env steps':>10}  {'algorithm':<9} {'gen':>3}  parent"]

@@ -159,6 +159,7 @@ class TournamentConfig:
 
 
 STRATEGIES = ("tournament", "pbt", "generational", "random")
+"""The names `tournament.strategy` accepts, listed once: population/strategies.py implements each, in this order."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +287,10 @@ class Config:
     @property
     def store_url(self) -> str:
         return self.run.store or str(Path("runs") / f"{self.run.name}.zarr")
+
+    def with_logging(self, **fields: str) -> Config:
+        """A copy whose [logging] has these fields changed, e.g. `with_logging(tensorboard="tb")`."""
+        return dataclasses.replace(self, logging=dataclasses.replace(self.logging, **fields))
 
     def replace(self, **sections: Any) -> Config:
         """A copy with some run fields changed, e.g. `replace(store=..., budget="90s")`, re-validated."""

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from dask_podracer.agents import algorithm_info, make_agent, registered_algorithms
-from dask_podracer.agents.offpolicy import pause
 from dask_podracer.envs import make_vec_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +96,7 @@ def logged_metrics() -> dict[str, set[str]]:
         obs, _ = env.reset(seed=0)
         for i in range(12):
             if hparams.get("pipeline") and i == 11:
-                pause(agent)  # the learner thread has then finished updates to report on
+                agent.loop.pause()  # the learner thread has then finished updates to report on
             obs, _, metrics = agent.train_iteration(env, obs)
             logged.setdefault(name, set()).update(metrics)
     return logged

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from dask_podracer.agents import algorithm_info, make_agent, registered_algorithms
-from dask_podracer.agents.offpolicy import pause
 from dask_podracer.envs import make_vec_env
 
 N = 4096
@@ -31,7 +30,7 @@ def test_every_algorithm_trains_on_4096_envs(algorithm, pipeline):
     steps = 0
     for i in range(iterations):
         if pipeline and i == iterations - 1:
-            pause(agent)  # so that the learner thread has finished some updates to report on
+            agent.loop.pause()  # so that the learner thread has finished some updates to report on
         obs, n, metrics = agent.train_iteration(env, obs)
         steps += n
     assert steps == iterations * N * hparams.get("rollout_steps", 1)

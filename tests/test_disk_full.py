@@ -17,7 +17,7 @@ HPARAMS = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size
 
 def spec(store: PodracerStore, key: str, parent: str | None = None) -> SegmentSpec:
     return SegmentSpec(key=key, store_url=store.url, env="Pendulum-v1", algorithm="sac", hparams=HPARAMS,
-                       parent=parent, seed=1, env_steps=150, eval_episodes=2)
+                       parent=parent, seed=1, env_step_budget=150, eval_episodes=2)
 
 
 class FillingDisk:
@@ -48,7 +48,7 @@ def test_a_checkpoint_that_fills_the_disk_fails_its_segment_and_leaves_nothing_v
     assert load_agent(store, "a") is not None  # what was stored before is intact
 
     monkeypatch.undo()  # room again: the same segment saves under the same key
-    assert run_segment(spec(store, "b", parent="a")).total_env_steps == 300
+    assert run_segment(spec(store, "b", parent="a")).lineage_env_steps == 300
     assert store.checkpoint_keys() == ["a", "b"]
 
 

@@ -137,7 +137,7 @@ def parent_and_child(tmp_path, setting: str):
     the store, the segments' hparams and common spec fields, and both agents loaded back."""
     store = PodracerStore(tmp_path / "n.zarr", create=True)
     hparams = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32, setting: True}
-    common = {"store_url": store.url, "env": "Pendulum-v1", "algorithm": "sac", "env_steps": 100,
+    common = {"store_url": store.url, "env": "Pendulum-v1", "algorithm": "sac", "env_step_budget": 100,
               "eval_episodes": 3}
     run_segment(SegmentSpec(key="parent", seed=1, hparams=hparams, **common))
     run_segment(SegmentSpec(key="child", parent="parent", seed=2, hparams=hparams, generation=1, **common))
@@ -312,4 +312,4 @@ def test_a_child_segment_continues_its_parents_reward_statistics_and_may_switch_
     assert float(child.reward_norm.rms.count) == pytest.approx(200, abs=1e-3)  # the parent's 100, then its own
     off = run_segment(SegmentSpec(key="off", parent="child", seed=3, generation=2,
                                   hparams={**hparams, "normalize_rewards": False}, **common))
-    assert off.total_env_steps == 300 and "reward_norm" not in load_agent(store, "off", replay=False).state_dict()
+    assert off.lineage_env_steps == 300 and "reward_norm" not in load_agent(store, "off", replay=False).state_dict()

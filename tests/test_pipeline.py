@@ -7,7 +7,7 @@ import torch
 from helpers import score, train_agent
 
 from dask_podracer.agents import make_agent
-from dask_podracer.agents.offpolicy import LoopStats, pause
+from dask_podracer.agents.loop import LoopStats
 from dask_podracer.envs import make_vec_env
 
 TINY = {"hidden": (16, 16), "num_envs": 2, "learning_starts": 32, "batch_size": 16, "buffer_size": 2000}
@@ -33,7 +33,7 @@ def test_paused_pipelined_agents_have_made_the_updates_of_sequential_ones(algori
     hparams = {**TINY, "learning_starts": 36, "utd_ratio": 1.5, "steps_per_iteration": 4}
     sequential, _, _, _ = _run(algorithm, hparams, 12, env)
     pipelined, history, _, _ = _run(algorithm, {**hparams, "pipeline": True}, 12, env)
-    pause(pipelined)  # what act() and state_dict() do first: the learner makes every update owed
+    pipelined.loop.pause()  # what act() and state_dict() do first: the learner makes every update owed
     assert pipelined.updates == sequential.updates == int(1.5 * (12 * 8 - 36 + 2)) > 0
     assert pipelined.replay.size == sequential.replay.size == 12 * 8
     metrics = history[-1]
@@ -44,8 +44,8 @@ def test_paused_pipelined_agents_have_made_the_updates_of_sequential_ones(algori
 def test_the_worker_runs_ahead_of_a_learner_that_makes_no_progress():
     hparams = {**TINY, "utd_ratio": 1.0, "steps_per_iteration": 5, "pipeline": True, "max_policy_lag": 64}
     agent, _, vec, obs = _run("sac", hparams, 8)  # 80 env steps: past learning_starts, the learner at work
-    pause(agent)
-    pipe, before = agent._pipeline, agent.updates
+    agent.loop.pause()
+    pipe, before = agent.loop.pipe, agent.updates
     done = threading.Event()
 
     def iterate():
@@ -56,7 +56,7 @@ def test_the_worker_runs_ahead_of_a_learner_that_makes_no_progress():
         threading.Thread(target=iterate, daemon=True).start()
         assert done.wait(timeout=60), "the worker waited for the learner"
         assert agent.updates == before and pipe.scheduled == before + 10 and agent.replay.size == 90
-    pause(agent)
+    agent.loop.pause()
     assert agent.updates == before + 10
 
 
@@ -65,8 +65,8 @@ def test_the_acting_policy_lags_at_most_max_policy_lag_updates():
     hparams = {**TINY, "utd_ratio": 1.0, "steps_per_iteration": 8, "pipeline": True, "max_policy_lag": 3}
     agent, history, _, _ = _run("sac", hparams, 20)
     assert 2 <= history[-1]["policy_lag_max"] <= 3  # one step's 2 updates are always owed when it acts next
-    pause(agent)
-    pipe = agent._pipeline
+    agent.loop.pause()
+    pipe = agent.loop.pipe
     assert pipe.scheduled - pipe.snapshot_version <= 3 + 2  # the last step's updates came after its bound check
 
     def flat(module):
@@ -80,7 +80,7 @@ def test_the_acting_policy_lags_at_most_max_policy_lag_updates():
 def test_a_learner_failure_is_raised_in_the_worker():
     hparams = {**TINY, "utd_ratio": 1.0, "pipeline": True}
     agent, _, vec, obs = _run("td3", hparams, 20)
-    pause(agent)
+    agent.loop.pause()
     agent.critic_optim.param_groups[0]["lr"] = None  # a broken optimizer: the learner thread's next step raises
     with pytest.raises(TypeError):
         for _ in range(200):
@@ -150,9 +150,9 @@ def test_a_segment_trains_saves_and_reloads_the_new_agents(tmp_path, algorithm, 
     store = PodracerStore(tmp_path / "store.zarr", create=True)
     spec = SegmentSpec(key="a", store_url=store.url, env=env, algorithm=algorithm,
                        hparams={**TINY, **hparams} if algorithm != "a2c" else {"num_envs": 4, "hidden": (16,)},
-                       seed=1, env_steps=160, eval_episodes=3, device="cpu")
+                       seed=1, env_step_budget=160, eval_episodes=3, device="cpu")
     result = run_segment(spec)
-    assert result.env_steps == 160 and result.metrics
+    assert result.segment_env_steps == 160 and result.metrics
     agent = load_agent(store, "a")
     assert agent.algorithm == algorithm
     if hparams.get("pipeline"):  # the checkpoint holds every update owed: the learner was drained before saving

@@ -22,7 +22,7 @@ class Stream(io.StringIO):
 
 def result(key: str, score: float) -> SegmentResult:
     return SegmentResult(key=key, parent=None, algorithm="sac", env="Pendulum-v1", hparams={}, score=score,
-                         env_steps=1000, total_env_steps=1000, train_seconds=1.0, eval_seconds=0.1, generation=0,
+                         segment_env_steps=1000, lineage_env_steps=1000, train_seconds=1.0, eval_seconds=0.1, generation=0,
                          device="cpu", metrics={})
 
 

@@ -109,7 +109,7 @@ def test_checkpoints_the_history_never_recorded_are_recovered_on_resume(client, 
     agent = state["machine"]["agents"][0]
     key = "s000099-0000beef"
     run_segment(SegmentSpec(key=key, store_url=str(store_path), env="Pendulum-v1", algorithm="sac",
-                            hparams=agent["hparams"], parent=agent["checkpoint"], seed=99, env_steps=150,
+                            hparams=agent["hparams"], parent=agent["checkpoint"], seed=99, env_step_budget=150,
                             eval_episodes=2, generation=agent["generation"] + 1))
     agent["running"] = key
     store.write_run_state({**state, "finished": False, "leg": {"budget_spent": 5.0, "segments": 1}})

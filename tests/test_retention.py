@@ -24,7 +24,7 @@ HPARAMS = {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size
 def spec(store: PodracerStore, key: str, parent: str | None = None) -> SegmentSpec:
     """100 env steps, so 100 replay rows per segment; a lineage shares its buffer of 250 rows."""
     return SegmentSpec(key=key, store_url=store.url, env="Pendulum-v1", algorithm="sac", hparams=HPARAMS,
-                       parent=parent, seed=1, env_steps=100, eval_episodes=2, share_replay=parent is not None)
+                       parent=parent, seed=1, env_step_budget=100, eval_episodes=2, share_replay=parent is not None)
 
 
 @pytest.fixture

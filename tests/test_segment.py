@@ -16,7 +16,7 @@ HPARAMS = {"hidden": [32, 32], "num_envs": 2, "learning_starts": 50, "batch_size
 
 def spec(store, key, parent=None, **changes):
     fields = dict(key=key, store_url=store.url, env="Pendulum-v1", algorithm="sac", hparams=HPARAMS,
-                  parent=parent, seed=1, env_steps=100, eval_episodes=3)
+                  parent=parent, seed=1, env_step_budget=100, eval_episodes=3)
     return SegmentSpec(**{**fields, **changes})
 
 
@@ -27,10 +27,10 @@ def store(tmp_path):
 
 def test_fresh_then_child_segment(store):
     first = run_segment(spec(store, "a"))
-    assert first.parent is None and first.env_steps == 100 and first.total_env_steps == 100
+    assert first.parent is None and first.segment_env_steps == 100 and first.lineage_env_steps == 100
     assert -2000 < first.score < 0 and first.generation == 0
     child = run_segment(spec(store, "b", parent="a", generation=1, hparams={**HPARAMS, "actor_lr": 3e-4}))
-    assert child.parent == "a" and child.total_env_steps == 200 and child.generation == 1
+    assert child.parent == "a" and child.lineage_env_steps == 200 and child.generation == 1
     assert store.checkpoint_keys() == ["a", "b"]
     attrs = store.checkpoint_attrs("b")
     assert attrs["parent"] == "a" and attrs["hparams"]["actor_lr"] == 3e-4 and attrs["env_steps"] == 200
@@ -74,7 +74,7 @@ def test_state_flattening_keeps_int_keys_tuples_and_scalars():
 
 def test_non_finite_training_is_failed_and_not_saved(store):
     with pytest.raises(SegmentError, match="non-finite"):
-        run_segment(spec(store, "nan", hparams={**HPARAMS, "critic_lr": 1e30, "actor_lr": 1e30}, env_steps=400))
+        run_segment(spec(store, "nan", hparams={**HPARAMS, "critic_lr": 1e30, "actor_lr": 1e30}, env_step_budget=400))
     assert store.checkpoint_keys() == []
 
 
@@ -94,17 +94,17 @@ def test_env_kwargs_build_the_env_are_recorded_and_must_match_the_parents(store)
                                            r"not \{'g': 9.0\}"):
         run_segment(spec(store, "b", parent="a", env_kwargs={"g": 9.0}, **pendulum))
     child = run_segment(spec(store, "c", parent="a", env_kwargs={"g": 4.0}, **pendulum))
-    assert child.env_kwargs == {"g": 4.0} and child.total_env_steps == 200
+    assert child.env_kwargs == {"g": 4.0} and child.lineage_env_steps == 200
     # how the envs are stepped is not what they are: a child may step its parent's env another way
     stepped = run_segment(spec(store, "d", parent="c", env_kwargs={"g": 4.0, "vectorization_mode": "sync"},
                                **pendulum))
-    assert stepped.total_env_steps == 300
+    assert stepped.lineage_env_steps == 300
 
 
 def test_a_segment_run_twice_returns_the_saved_result_without_training_again(store):
     first = run_segment(spec(store, "a"))
     again = run_segment(spec(store, "a"))  # e.g. Dask re-ran it after its worker died past the save
-    assert again.score == first.score and again.total_env_steps == first.total_env_steps
+    assert again.score == first.score and again.lineage_env_steps == first.lineage_env_steps
     assert again.train_seconds == 0.0 and store.checkpoint_keys() == ["a"]
 
 
@@ -176,6 +176,6 @@ def test_eval_env_kwargs_build_the_scoring_env_only(store):
     assert short.score > full.score / 4  # an untrained pendulum loses about as much on each step
     # the training env was the same: the checkpoint records the training kwargs, and the agents are equal
     assert store.checkpoint_attrs("b")["env_kwargs"] == {}
-    assert short.total_env_steps == full.total_env_steps == 100
+    assert short.lineage_env_steps == full.lineage_env_steps == 100
     trained = [load_agent(store, key).actor.state_dict() for key in ("a", "b")]
     assert all(torch.equal(trained[0][name], trained[1][name]) for name in trained[0])

@@ -425,7 +425,7 @@ def test_a_store_holds_no_pickle_and_loading_runs_none(tmp_path: Path, monkeypat
 
     url = str(tmp_path / "real.zarr")
     PodracerStore(url, create=True)
-    run_segment(SegmentSpec(key="k0", store_url=url, env="Pendulum-v1", algorithm="sac", seed=0, env_steps=64,
+    run_segment(SegmentSpec(key="k0", store_url=url, env="Pendulum-v1", algorithm="sac", seed=0, env_step_budget=64,
                             eval_episodes=2, hparams={"hidden": [8, 8], "num_envs": 2, "learning_starts": 16,
                                                       "batch_size": 8}))
     metadata = list(Path(url).rglob("zarr.json"))

@@ -7,8 +7,9 @@ so any change in a decision shows up here.
 import pytest
 
 from dask_podracer.config import config_from_dict
-from dask_podracer.population import (BudgetReached, CapacityChanged, Cancel, Evict, Promote, SegmentFailed,
-                                      SegmentFinished, SegmentRecovered, Stop, Tournament, Train)
+from dask_podracer.population import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Evict, Promote,
+                                      Quarantine, SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
+                                      Train, segment_spec)
 from dask_podracer.population.strategies import Plan
 from dask_podracer.train import SegmentResult
 
@@ -37,7 +38,7 @@ def make(strategy="tournament", groups=None, search=None, **tournament):
 
 def result(key, score, parent=None, generation=0, hparams=None, algorithm="sac", stderr=0.0):
     return SegmentResult(key=key, parent=parent, algorithm=algorithm, env="Pendulum-v1", hparams=hparams or {},
-                         score=score, env_steps=100, total_env_steps=100, train_seconds=1.0, eval_seconds=0.1,
+                         score=score, segment_env_steps=100, lineage_env_steps=100, train_seconds=1.0, eval_seconds=0.1,
                          generation=generation, device="cpu", metrics={}, score_stderr=stderr)
 
 
@@ -49,10 +50,14 @@ def finished(machine, agent, score, stderr=0.0):
 
 
 def train(event, agent, index, parent=None, generation=0, hparams=None, adopted=False, load_replay=True,
-          group="sac", env_steps=4000, seed=0, key=None):
-    """The Train the machine must emit: segment `index` has key k<index> and seed run.seed * 1_000_003 + index."""
+          group="sac", env_steps=4000, seed=0, key=None, share_replay=False):
+    """The Train the machine must emit: segment `index` has key k<index> and seed run.seed * 1_000_003 + index;
+    the rest of what its segment needs is the config's (these tests' configs leave [segment] at its defaults)."""
     return Train(event, agent, key or f"k{index}", group, Plan(parent, hparams, generation, load_replay, adopted),
-                 seed=seed * 1_000_003 + index, env_steps=env_steps)
+                 seed=seed * 1_000_003 + index, env_step_budget=env_steps,
+                 algorithm="ppo" if group.startswith("ppo") else "sac", env="Pendulum-v1", env_kwargs={},
+                 eval_env_kwargs={}, seconds=0.0, eval_episodes=10, device="auto", torch_threads=1,
+                 share_replay=share_replay)
 
 
 def perturbed(machine, old_hparams, out_train):
@@ -228,9 +233,10 @@ def test_a_quarantined_parent_is_evicted_and_its_agents_start_again():
     m.handle(CapacityChanged(2))
     finished(m, 0, -700.0)  # k0 on the board; agent 0 trains on from it (k2)
     finished(m, 1, -900.0)  # k1 on the board; agent 1 adopts k0 (better), as k3
-    out = m.handle(SegmentFailed(0, "k2", "ChecksumError: k0", quarantined="k0"))
-    # k0 leaves the board; agent 0 (whose checkpoint was k0) starts fresh: the board has 1 entry < fresh_agents
-    assert out == [Evict(4, "k0"), train(4, 0, 4, hparams=H)]
+    out = m.handle(SegmentFailed(0, "k2", "ChecksumError: k0", damaged="k0"))
+    # k0 is quarantined and leaves the board; agent 0 (whose checkpoint was k0) starts fresh: the board has 1
+    # entry < fresh_agents
+    assert out == [Quarantine(4, "k0", "ChecksumError: k0"), Evict(4, "k0"), train(4, 0, 4, hparams=H)]
     assert [e["key"] for e in m.board] == ["k1"] and m.agents[0].checkpoint is None
 
 
@@ -277,7 +283,8 @@ def test_pbt_with_a_shared_replay_loads_the_donors_buffer():
     for agent, score in [(0, -900.0), (1, -300.0), (2, -600.0)]:
         finished(m, agent, score)
     out = finished(m, 3, -1000.0)
-    assert out == [train(5, 3, 7, "k1", 1, perturbed(m, H, out[0]), adopted=True, load_replay=True)]
+    assert out == [train(5, 3, 7, "k1", 1, perturbed(m, H, out[0]), adopted=True, load_replay=True,
+                         share_replay=True)]
 
 
 def test_generational_waits_for_the_whole_generation():
@@ -396,3 +403,29 @@ def test_an_event_the_machine_has_no_rule_for_raises_and_changes_nothing():
     with pytest.raises(TypeError, match="the tournament has no rule for a Unknown event"):
         machine.handle(Unknown())
     assert machine.to_state() == before and not machine.stopped  # not taken for a BudgetReached
+
+
+def test_a_checkpoint_damaged_on_resume_is_quarantined_by_the_machine():
+    m = make()
+    m.handle(CapacityChanged(2))
+    finished(m, 0, -700.0)
+    assert m.handle(CheckpointDamaged("k0", "ChecksumError: k0")) == [Quarantine(3, "k0", "ChecksumError: k0"),
+                                                                     Evict(3, "k0")]
+    assert m.board == [] and m.agents[0].checkpoint is None
+
+
+def test_the_spec_is_built_from_the_instruction_alone():
+    m = make(replay="share")
+    m.config = m.config.replace(env_kwargs={"g": 4.0}, eval_env_kwargs={"g": 9.0})
+    out = m.handle(CapacityChanged(1))
+    spec = segment_spec(out[0], "runs/x.zarr", seconds_left=30.0)
+    assert (spec.key, spec.algorithm, spec.env, spec.env_kwargs, spec.eval_env_kwargs) == (
+        "k0", "sac", "Pendulum-v1", {"g": 4.0}, {"g": 9.0})
+    assert spec.share_replay and spec.env_step_budget == 4000 and spec.store_url == "runs/x.zarr"
+    assert spec.seconds == 30.0  # no segment.seconds: the run's budget left caps it
+    assert segment_spec(out[0], "s", seconds_left=0.0).seconds == 1.0  # never 0, which would mean no limit
+    capped = make(replay="share")
+    capped.config = config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac"},
+                                      "segment": {"seconds": 20.0, "env_steps": 0}})
+    first = capped.handle(CapacityChanged(1))[0]
+    assert segment_spec(first, "s", 300.0).seconds == 20.0 and segment_spec(first, "s", 5.0).seconds == 5.0

@@ -51,7 +51,7 @@ def write_probe(folder: Path) -> Path:
 
 def spec(store: PodracerStore, key: str, **changes) -> SegmentSpec:
     fields = dict(key=key, store_url=store.url, env="Pendulum-v1", algorithm="sac", hparams=HPARAMS, seed=1,
-                  env_steps=100, eval_episodes=2)
+                  env_step_budget=100, eval_episodes=2)
     return SegmentSpec(**{**fields, **changes})
 
 
@@ -222,7 +222,7 @@ def test_a_damaged_checkpoint_no_record_names_is_quarantined_on_resume_not_recov
     run_tournament(tiny(store_path, max_segments=2), client)
     store = PodracerStore(store_path)
     # a segment that finished after the client last wrote its tables, whose score was then damaged
-    run_segment(spec(store, "late", env_steps=150, hparams=TINY["hparams"]))
+    run_segment(spec(store, "late", env_step_budget=150, hparams=TINY["hparams"]))
     damage_score(store, "late", score=0.0)  # better than any Pendulum agent: it would top the board
     summary = run_tournament(tiny(store_path, max_segments=1), client)
     assert summary.recovered == 0 and store.is_quarantined("late")

@@ -140,7 +140,7 @@ def test_an_exported_champion_of_an_env_with_kwargs_is_replayed_in_gymnasium_wit
     store = PodracerStore(tmp_path / "g.zarr", create=True)
     run_segment(SegmentSpec(key="a", store_url=store.url, env="gym:Pendulum-v1", algorithm="sac", seed=1,
                             hparams={"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32},
-                            env_steps=100, eval_episodes=3, env_kwargs={"g": 4.0}))
+                            env_step_budget=100, eval_episodes=3, env_kwargs={"g": 4.0}))
     out = tmp_path / "champion"
     run = script("export_champion.py", store.url, out, "--key", "a", "--episodes", "3")
     assert run.returncode == 0, run.stderr

@@ -228,12 +228,14 @@ def dask_setup(scheduler: Any) -> None:
     if path:
         from distributed.diagnostics.plugin import SchedulerPlugin
 
+        from dask_podracer.population.task_keys import segment_key
+
         class SegmentLog(SchedulerPlugin):
             def update_graph(self, scheduler: Any, *, keys: set, **kwargs: Any) -> None:
-                new = sorted(k for k in keys if isinstance(k, str) and k.startswith("segment-"))
+                new = sorted(k for k in map(segment_key, keys) if k is not None)
                 if new:
                     with open(path, "a") as out:  # one short append per submission: survives a SIGKILL after it
-                        out.write("".join(f"{k.removeprefix('segment-')}\n" for k in new))
+                        out.write("".join(f"{k}\n" for k in new))
 
         scheduler.add_plugin(SegmentLog(), name="chaos-segment-log")
 

@@ -19,9 +19,9 @@ from torch import Tensor, nn
 
 from dask_podracer.agents.base import Metrics
 from dask_podracer.agents.ensemble import COMBINE_MODES
-from dask_podracer.agents.loop import LoopStats, SequentialLoop
+from dask_podracer.agents.loop import SequentialLoop
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
-from dask_podracer.agents.pipeline import Pipeline, PipelinedLoop
+from dask_podracer.agents.pipeline import PipelinedLoop
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -199,22 +199,3 @@ class OffPolicyAgent:
         self.updates = int(state["counters"]["updates"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
-
-    @property
-    def loop_stats(self) -> LoopStats:
-        """The loop's update credit and busy-fraction clock (benchmarks/time_to_target.py reads the latter)."""
-        return self.loop.stats
-
-    @property
-    def _pipeline(self) -> Pipeline | None:
-        """The running pipeline of a pipelined loop, else None (tests/test_pipeline.py looks inside it)."""
-        return self.loop.pipe if isinstance(self.loop, PipelinedLoop) else None
-
-
-def pause(agent: OffPolicyAgent, stop_learner: bool = False) -> None:
-    """For callers outside the agent (tests, benchmarks): what `act` and `state_dict` do first, `agent.loop.pause()`;
-    with `stop_learner`, `agent.finish()`."""
-    if stop_learner:
-        agent.finish()
-    else:
-        agent.loop.pause()

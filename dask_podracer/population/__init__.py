@@ -8,11 +8,11 @@ from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots,
 from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.orchestrator import Progress, RunSummary, run_tournament
 from dask_podracer.population.preflight import check_constructs, check_store_fits
-from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Evict, Promote,
-                                                 SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
-                                                 Train)
+from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Evict,
+                                                 Promote, Quarantine, SegmentFailed, SegmentFinished,
+                                                 SegmentRecovered, Stop, Tournament, Train, segment_spec)
 
 __all__ = ["run_tournament", "connect", "embedded_client", "TLSFiles", "check_constructs", "check_store_fits",
            "RunSummary", "Progress", "embedded_cluster", "cluster_slots", "Slots", "ClusterError", "Tournament",
            "SegmentFinished", "SegmentFailed", "SegmentRecovered", "CapacityChanged", "BudgetReached", "Train",
-           "Promote", "Evict", "Cancel", "Stop"]
+           "Promote", "Evict", "Cancel", "Stop", "Quarantine", "CheckpointDamaged", "segment_spec"]

@@ -21,18 +21,19 @@ from distributed import Client, Future, as_completed, wait
 from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
-from dask_podracer.config import Config
+from dask_podracer.config import Config, ConfigError
 from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots
-from dask_podracer.population.connect import embedded_client
+from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import Holders, ReplaySources, checkpoints_to_keep, collect, own_lines
 from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
-from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, Event, Instruction, Promote,
-                                                 SegmentFailed, SegmentFinished, SegmentRecovered, Stop, Tournament,
-                                                 Train)
+from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Event,
+                                                 Instruction, Promote, Quarantine, SegmentFailed, SegmentFinished,
+                                                 SegmentRecovered, Stop, Tournament, Train, segment_spec)
 from dask_podracer.store import ChecksumError, PodracerStore, StoreError
+from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Progress:
     segments_completed: int
     segments_failed: int
     env_steps: int
+    """Env steps of the segments this invocation finished."""
     best_score: float | None
     result: SegmentResult | None
     rank: int | None
@@ -79,6 +81,7 @@ class RunSummary:
     best_key: str | None
     wall_seconds: float
     env_steps: int
+    """Env steps of the segments this invocation finished (the history's `run_env_steps` counts all invocations')."""
     segments_completed: int
     segments_failed: int
     stop_reason: str
@@ -88,7 +91,8 @@ class RunSummary:
     last_error: str | None
     """The last failed segment's error, if any failed."""
     history: list[dict[str, Any]]
-    leaderboard: list[dict[str, Any]]
+    """The best score after each segment of this invocation: wall_seconds, env_steps, best_score."""
+    leaderboard: list[LeaderboardEntry]
     checkpoints_deleted: int = 0
     """Checkpoints the retention policy (`[store]`) deleted in this invocation."""
 
@@ -97,16 +101,24 @@ class RunSummary:
 
 
 def run_tournament(config: Config, client: Client | None = None,
-                   on_progress: Callable[[Progress], None] | None = None, *,
+                   on_progress: Callable[[Progress], None] | None = None, *, scheduler: str | None = None,
+                   tls: TLSFiles | None = None, on_start: Callable[[Client], None] | None = None,
                    segment_fn: SegmentFunction = segment_task, poll_seconds: float = 1.0) -> RunSummary:
-    """Run (or resume) the tournament of `config` on `client`, or on an embedded LocalCluster.
+    """Run (or resume) the tournament of `config` on `client`, on the scheduler at `scheduler`, or on an
+    embedded LocalCluster (neither given).
 
-    `segment_fn` runs one segment on a worker (benchmarks inject a stand-in that only
-    sleeps); `poll_seconds` is how often the cluster's capacity and the budget are checked.
+    Everything that can be checked without a cluster is checked first (a config that cannot run, a store it
+    cannot continue): a `ConfigError` or `StoreError` then, and no cluster starts. `on_start` is called with
+    the client once the run is about to start (the CLI prints the dashboard's address); `segment_fn` runs one
+    segment on a worker (benchmarks inject a stand-in that only sleeps); `poll_seconds` is how often the
+    cluster's capacity and the budget are checked.
     """
-    check_constructs(config)
-    check_store_fits(config)  # before a cluster starts: a mismatch needs none to be found
-    with _client_for(config, client) as active:
+    try:  # before a cluster starts: none of these needs one to be found
+        check_constructs(config)
+        check_store_fits(config)
+    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
+        raise ConfigError(f"{config.source}: {e}") from None
+    with _client_for(config, client, scheduler, tls) as active:
         slots = cluster_slots(active, requested=config.cluster.resource)
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         store = PodracerStore(config.store_url, create=True)
@@ -116,16 +128,23 @@ def run_tournament(config: Config, client: Client | None = None,
         with contextlib.suppress(ValueError):
             active.unregister_scheduler_plugin(PodracerPage.name)
         active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
+        if on_start is not None:
+            on_start(active)
         return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds).run()
 
 
 @contextlib.contextmanager
-def _client_for(config: Config, client: Client | None) -> Iterator[Client]:
+def _client_for(config: Config, client: Client | None, scheduler: str | None,
+                tls: TLSFiles | None) -> Iterator[Client]:
+    """The client the run uses: the one given, one of the scheduler named, or one of a new embedded cluster."""
     if client is not None:
         yield client
-        return
-    with embedded_client(config.cluster) as embedded:
-        yield embedded
+    elif scheduler is not None:
+        with connect(scheduler, tls) as connected:
+            yield connected
+    else:
+        with embedded_client(config.cluster) as embedded:
+            yield embedded
 
 
 class _Loop:
@@ -157,7 +176,7 @@ class _Loop:
         self.stop_reason = ""
         self.zero_capacity_since: float | None = None
         self.lower_capacity_since: float | None = None
-        self.unwritten_history: list[dict[str, Any]] = []
+        self.unwritten_history: list[HistoryRecord] = []
         self.board_changed = False
         self.dirty = True  # the machine's state differs from the store's
         self.flushed = 0.0  # when the tables were last written
@@ -208,9 +227,8 @@ class _Loop:
             try:  # verified before its score is trusted: a damaged one is quarantined, never recorded
                 result = result_from_attrs(key, self.store.load_checkpoint(key).attrs)
             except ChecksumError as e:
-                self.store.quarantine(key, f"ChecksumError: {e}")
-                self.checkpoints.discard(key)
                 log.warning("not recovering checkpoint %r: %s", key, e)
+                self._carry_out(self.machine.handle(CheckpointDamaged(key, f"ChecksumError: {e}")))
                 continue
             agent_id = self.machine.in_flight.get(key)
             if agent_id is not None:
@@ -218,12 +236,11 @@ class _Loop:
             instructions = self.machine.handle(SegmentRecovered(agent_id, result, resumed=self.continued))
             self.recovered += 1
             self.completed += 1
-            self.env_steps += result.env_steps
+            self.env_steps += result.segment_env_steps
             agent = self.machine.agents.get(agent_id) if agent_id is not None else None
-            self._record({
-                "key": key, "agent": agent_id, "group": agent.group if agent else None, "parent": result.parent,
-                "adopted": None, "generation": result.generation, "hparams": result.hparams, "recovered": True,
-            }, result, None, instructions)
+            record = self._record(key, agent_id, agent.group if agent else None, result.parent, None,
+                                  result.generation, result.hparams, result, None, instructions)
+            record["recovered"] = True
             self._carry_out(instructions)
 
     def _next_batch(self, timeout: float) -> list[tuple[Future, Any]]:
@@ -250,20 +267,19 @@ class _Loop:
             raise self._lost_scheduler("its segments were cancelled")
         if result is not None:
             self.completed += 1
-            self.env_steps += result.env_steps
+            self.env_steps += result.segment_env_steps
             self.lines.setdefault(train.agent, []).append(result.key)
             self.checkpoints.add(result.key)
             event: Event = SegmentFinished(train.agent, result)
         else:
             error = self.last_error = _describe_error(outcome)
             self.failed += 1
-            damaged = _damaged_checkpoint(outcome)  # the parent's, or a rerun segment's own
-            if damaged and not self.store.is_quarantined(damaged):
-                self.store.quarantine(damaged, error)
-            self.checkpoints.discard(damaged)
-            event = SegmentFailed(train.agent, train.key, error, quarantined=damaged)
+            # the parent's, or a rerun segment's own: the machine decides what follows (a Quarantine first)
+            event = SegmentFailed(train.agent, train.key, error, damaged=_damaged_checkpoint(outcome))
         instructions = self.machine.handle(event)
-        self._record(_planned(train), result, error, instructions)
+        plan = train.plan
+        self._record(train.key, train.agent, train.group, plan.parent, plan.adopted, plan.generation, plan.hparams,
+                     result, error, instructions)
         self._carry_out(instructions)
 
     def _lost_scheduler(self, why: str) -> ClusterError:
@@ -323,55 +339,55 @@ class _Loop:
                 if future is not None:
                     self.client.cancel([future])
                     self._record_cancel(train, instruction.reason)
+            elif isinstance(instruction, Quarantine):
+                if not self.store.is_quarantined(instruction.key):  # a rerun may find it quarantined already
+                    self.store.quarantine(instruction.key, instruction.reason)
+                self.checkpoints.discard(instruction.key)  # kept for inspection: retention never deletes it
             elif isinstance(instruction, Stop):
                 self.stop_reason = instruction.reason
             else:  # Promote or Evict: the machine's board is the new table
                 self.board_changed = True
 
     def _submit(self, train: Train) -> None:
-        seg, run = self.config.segment, self.config.run
-        remaining = max(1.0, run.budget_seconds - self._budget_spent())
-        group = self.config.group(train.group)
-        spec = SegmentSpec(
-            key=train.key, store_url=self.store.url, env=run.env, algorithm=group.algorithm,
-            hparams=train.plan.hparams, parent=train.plan.parent, seed=train.seed, env_steps=train.env_steps,
-            # a segment never trains past the run's budget, so the last ones end with it
-            seconds=min(seg.seconds, remaining) if seg.seconds > 0 else remaining,
-            eval_episodes=seg.eval_episodes, device=seg.device, torch_threads=seg.torch_threads,
-            generation=train.plan.generation, load_replay=train.plan.load_replay,
-            share_replay=self.config.tournament.replay == "share", env_kwargs=run.env_kwargs,
-            eval_env_kwargs=run.eval_env_kwargs,
-        )
+        spec = segment_spec(train, self.store.url, self.config.run.budget_seconds - self._budget_spent())
         future = self.client.submit(self.segment_fn, spec, key=task_key(spec.key), resources=self.slots.resources,
                                     pure=False, retries=self.config.tournament.retries)
         self.futures[train.key] = (future, train)
         self.queue.add(future)
 
     # -- records --------------------------------------------------------------------------------
-    def _record(self, planned: dict[str, Any], result: SegmentResult | None, error: str | None,
-                instructions: list[Instruction]) -> None:
-        """One history record for a finished or failed segment (`planned`: what it was asked to do)."""
+    def _record(self, key: str, agent: int | None, group: str | None, parent: str | None, adopted: bool | None,
+                generation: int, hparams: dict[str, Any], result: SegmentResult | None, error: str | None,
+                instructions: list[Instruction]) -> HistoryRecord:
+        """The history record of a finished or failed segment, queued for the next write: what it was asked
+        to do (its agent, parent, hyper-parameters), and what it did."""
         rank = next((i.rank for i in instructions if isinstance(i, Promote)), None)
-        self.unwritten_history.append({
-            **planned,
-            "status": "finished" if result else "failed", "score": result.score if result else None, "rank": rank,
-            "segment_env_steps": result.env_steps if result else 0,
-            "lineage_env_steps": result.total_env_steps if result else None,
+        record: HistoryRecord = {
+            "key": key, "agent": agent, "group": group, "parent": parent, "adopted": adopted,
+            "generation": generation, "hparams": hparams,
+            "status": "finished" if result else "failed", "score": result.score if result else None,
+            "score_stderr": result.score_stderr if result else None, "rank": rank,
+            "segment_env_steps": result.segment_env_steps if result else 0,
+            "lineage_env_steps": result.lineage_env_steps if result else None,
             "run_env_steps": self.machine.counters["env_steps"], "wall_seconds": self.wall_offset + self._elapsed(),
             "train_seconds": result.train_seconds if result else None,
             "metrics": result.metrics if result else {}, "device": result.device if result else None,
             "error": error,
-        })
+        }
+        self.unwritten_history.append(record)
         best = self.machine.best_score()
         self.curve.append({"wall_seconds": self._elapsed(), "env_steps": self.env_steps, "best_score": best})
         self.on_progress(Progress(self._elapsed(), self.completed, self.failed, self.env_steps, best, result, rank,
                                   error, len(self.futures)))
+        return record
 
     def _record_cancel(self, train: Train, reason: str) -> None:
         """A cancelled segment is recorded too (never scored): the pool's decisions stay traceable."""
-        agent = self.machine.agents[train.agent]
+        agent, plan = self.machine.agents[train.agent], train.plan
         self.unwritten_history.append({
-            **_planned(train), "status": "cancelled", "reason": reason, "agent_score": agent.score,
+            "key": train.key, "agent": train.agent, "group": train.group, "parent": plan.parent,
+            "adopted": plan.adopted, "generation": plan.generation, "hparams": plan.hparams,
+            "status": "cancelled", "reason": reason, "agent_score": agent.score,
             "score": None, "rank": None, "segment_env_steps": 0, "run_env_steps": self.machine.counters["env_steps"],
             "wall_seconds": self.wall_offset + self._elapsed(), "error": None,
         })
@@ -392,7 +408,7 @@ class _Loop:
     def _write_tables(self) -> None:
         self.dirty, self.flushed = False, time.monotonic()
         self.store.extend_history(self.unwritten_history)
-        self.unwritten_history.clear()
+        self.unwritten_history = []
         if self.board_changed:
             self.store.write_leaderboard(self.machine.board)
             self.board_changed = False
@@ -465,12 +481,6 @@ class _Loop:
             segments_failed=self.failed, stop_reason=self.stop_reason, recovered=self.recovered,
             last_error=self.last_error, history=self.curve, leaderboard=board, checkpoints_deleted=self.deleted,
         )
-
-
-def _planned(train: Train) -> dict[str, Any]:
-    """The fields of a history record that say what a segment was asked to do."""
-    return {"key": train.key, "agent": train.agent, "group": train.group, "parent": train.plan.parent,
-            "adopted": train.plan.adopted, "generation": train.plan.generation, "hparams": train.plan.hparams}
 
 
 def describe_workers(client: Client) -> str:

@@ -25,13 +25,25 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dask_podracer.agents import algorithm_info
+from dask_podracer.config import STRATEGIES as STRATEGY_NAMES
+from dask_podracer.config import Config
+from dask_podracer.population.pool import AgentState
 from dask_podracer.search import perturb_hparams
+from dask_podracer.store.records import LeaderboardEntry
 
-if TYPE_CHECKING:
-    from dask_podracer.population.tournament import AgentState, Tournament
+
+class Standings(Protocol):
+    """What a strategy reads of the tournament (the state machine is one): it never changes it."""
+
+    config: Config
+    board: list[LeaderboardEntry]
+    first_segments: dict[str, tuple[float, float]]
+    """Per group, the best first segment of a fresh line: (score, standard error)."""
+
+    def active_agents(self) -> list[AgentState]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +61,10 @@ class Plan:
     """True when the parent is another agent's checkpoint (an exploit step)."""
 
 
-Strategy = Callable[["Tournament", Sequence["AgentState"], random.Random], dict[int, Plan]]
+Strategy = Callable[[Standings, Sequence[AgentState], random.Random], dict[int, Plan]]
 
 
-def tournament(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+def tournament(machine: Standings, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
     cfg = machine.config.tournament
     plans = {}
     for agent in idle:
@@ -71,22 +83,23 @@ def tournament(machine: Tournament, idle: Sequence[AgentState], rng: random.Rand
     return plans
 
 
-def pbt(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+def pbt(machine: Standings, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
     return {agent.id: _truncate(machine, agent, rng) for agent in idle}
 
 
-def generational(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+def generational(machine: Standings, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
     if any(a.running for a in machine.active_agents()):
         return {}  # the barrier: nobody starts generation g + 1 before everyone has finished g
     return {agent.id: _truncate(machine, agent, rng) for agent in machine.active_agents()}
 
 
-def random_search(machine: Tournament, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
+def random_search(machine: Standings, idle: Sequence[AgentState], rng: random.Random) -> dict[int, Plan]:
     return {agent.id: fresh(agent) if agent.checkpoint is None else keep_training(agent) for agent in idle}
 
 
-STRATEGIES: Mapping[str, Strategy] = {"tournament": tournament, "pbt": pbt, "generational": generational,
-                                      "random": random_search}
+STRATEGIES: Mapping[str, Strategy] = dict(zip(STRATEGY_NAMES, (tournament, pbt, generational, random_search),
+                                              strict=True))
+"""The strategy of each name `tournament.strategy` accepts (config.STRATEGIES, in the same order)."""
 
 
 # -- the pieces they share ----------------------------------------------------------------
@@ -99,7 +112,7 @@ def keep_training(agent: AgentState) -> Plan:
     return Plan(parent=agent.checkpoint, hparams=dict(agent.hparams), generation=agent.generation + 1)
 
 
-def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str, Any], generation: int,
+def adopt(machine: Standings, agent: AgentState, key: str, hparams: Mapping[str, Any], generation: int,
           rng: random.Random) -> Plan:
     """Start from someone else's checkpoint `key` with explored hyper-parameters."""
     cfg = machine.config.tournament
@@ -110,7 +123,7 @@ def adopt(machine: Tournament, agent: AgentState, key: str, hparams: Mapping[str
     return Plan(parent=key, hparams=child, generation=generation + 1, load_replay=cfg.replay != "reset", adopted=True)
 
 
-def ready(agent: AgentState, machine: Tournament) -> bool:
+def ready(agent: AgentState, machine: Standings) -> bool:
     """Whether the agent's line has trained long enough to be judged (and abandoned); an agent with no
     checkpoint (its first segment was cancelled or its checkpoint damaged) has no line to keep."""
     return agent.checkpoint is None or agent.line_segments >= machine.config.tournament.ready
@@ -126,7 +139,7 @@ def beats(entry: Mapping[str, Any], agent: AgentState, margin: float) -> bool:
     return entry["score"] > agent.score + margin * entry.get("score_stderr", 0.0)
 
 
-def learned(entry: Mapping[str, Any], machine: Tournament) -> bool:
+def learned(entry: Mapping[str, Any], machine: Standings) -> bool:
     """Whether board `entry` beats the best first segment of its group by more than `tournament.progress_margin`
     of their combined standard errors (always, with the margin 0 or no first segment seen yet). A line whose
     hyper-parameters learn nothing still climbs the board, by the luck of its best evaluations; a line that
@@ -139,7 +152,7 @@ def learned(entry: Mapping[str, Any], machine: Tournament) -> bool:
     return entry["score"] > score + margin * math.hypot(entry.get("score_stderr", 0.0), stderr)
 
 
-def select(entries: Sequence[Mapping[str, Any]], machine: Tournament, rng: random.Random) -> Mapping[str, Any]:
+def select(entries: Sequence[Mapping[str, Any]], machine: Standings, rng: random.Random) -> Mapping[str, Any]:
     """One entry from the top of a ranked board, by tournament or by softmax over standardised scores."""
     cfg = machine.config.tournament
     top = list(entries[: cfg.select_from_top])
@@ -151,7 +164,7 @@ def select(entries: Sequence[Mapping[str, Any]], machine: Tournament, rng: rando
     return rng.choices(top, weights=weights)[0]
 
 
-def _truncate(machine: Tournament, agent: AgentState, rng: random.Random) -> Plan:
+def _truncate(machine: Standings, agent: AgentState, rng: random.Random) -> Plan:
     """PBT's exploit step for one agent: copy a top-quantile peer if this agent is in the bottom quantile."""
     if agent.checkpoint is None:
         return fresh(agent)

@@ -1,11 +1,13 @@
 """The tournament's decisions as a state machine without I/O.
 
-Events in (a segment finished or failed, the cluster's capacity changed, the
-budget ran out), instructions out (train, promote, evict, cancel, stop). One
+Events in (a segment finished or failed, a checkpoint found damaged, the cluster's
+capacity changed, the budget ran out), instructions out (train, promote, evict,
+cancel, quarantine, stop). One
 method, `handle`, mutates; every decision draws from an RNG seeded by the run's
 seed and the event's id, so a scripted sequence of events always gives the same
 instructions and a decision can be traced to the event that caused it. The
-Dask loop (`orchestrator.py`) only carries the instructions out.
+Dask loop (`orchestrator.py`) only carries the instructions out: a Train instruction
+holds everything its segment's spec needs (`segment_spec` builds it).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dask_podracer.config import Config
+from dask_podracer.population.pool import AgentState
 from dask_podracer.population.strategies import STRATEGIES, Plan
 from dask_podracer.population.updater import update_leaderboard
 from dask_podracer.search import sample_hparams
-from dask_podracer.train import SegmentResult
+from dask_podracer.store.records import LeaderboardEntry
+from dask_podracer.train import SegmentResult, SegmentSpec
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -35,8 +39,16 @@ class SegmentFailed:
     agent: int
     key: str
     error: str
-    quarantined: str | None = None
+    damaged: str | None = None
     """A checkpoint the segment found damaged (failed its checksum): never to be used again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointDamaged:
+    """A checkpoint found on resume that fails its checksum (its segment's result cannot be trusted)."""
+
+    key: str
+    error: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,20 +74,33 @@ class BudgetReached:
     pass
 
 
-Event = SegmentFinished | SegmentFailed | SegmentRecovered | CapacityChanged | BudgetReached
-EVENTS = (SegmentFinished, SegmentFailed, SegmentRecovered, CapacityChanged, BudgetReached)
+Event = SegmentFinished | SegmentFailed | SegmentRecovered | CheckpointDamaged | CapacityChanged | BudgetReached
+EVENTS = (SegmentFinished, SegmentFailed, SegmentRecovered, CheckpointDamaged, CapacityChanged, BudgetReached)
 
 
 # -- instructions ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Train:
+    """Train one segment: everything its `SegmentSpec` says but where the store is and how long the run has
+    left (`segment_spec` adds those)."""
+
     event: int
     agent: int
     key: str
     group: str
     plan: Plan
     seed: int
-    env_steps: int
+    env_step_budget: int
+    algorithm: str
+    env: str
+    env_kwargs: dict[str, Any]
+    eval_env_kwargs: dict[str, Any]
+    seconds: float
+    """The segment's own time limit (`segment.seconds`); 0 for none, when the run's budget still caps it."""
+    eval_episodes: int
+    device: str
+    torch_threads: int
+    share_replay: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,35 +126,35 @@ class Cancel:
 
 
 @dataclasses.dataclass(frozen=True)
+class Quarantine:
+    event: int
+    key: str
+    reason: str
+    """The error that found it damaged."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Stop:
     event: int
     reason: str
     """target, max_segments, budget or failing."""
 
 
-Instruction = Train | Promote | Evict | Cancel | Stop
+Instruction = Train | Promote | Evict | Cancel | Quarantine | Stop
 
 
-@dataclasses.dataclass
-class AgentState:
-    id: int
-    group: str
-    hparams: dict[str, Any]
-    checkpoint: str | None = None
-    """Its latest checkpoint."""
-    score: float | None = None
-    """The evaluation score of that checkpoint."""
-    score_stderr: float = 0.0
-    """That score's standard error."""
-    generation: int = 0
-    """Segments in that checkpoint's lineage before its last one."""
-    running: str | None = None
-    """Key of the segment it is training now."""
-    active: bool = True
-    """False while capacity has no slot for it (it keeps its checkpoint and may come back)."""
-    segments: int = 0
-    line_segments: int = 0
-    """Segments finished since it last started fresh or adopted (compared with tournament.ready)."""
+def segment_spec(train: Train, store_url: str, seconds_left: float) -> SegmentSpec:
+    """The spec of the segment `train` asks for; it never trains past the run's budget (`seconds_left`), so the
+    last segments end with it."""
+    seconds_left = max(1.0, seconds_left)
+    return SegmentSpec(
+        key=train.key, store_url=store_url, env=train.env, algorithm=train.algorithm, hparams=train.plan.hparams,
+        parent=train.plan.parent, seed=train.seed, env_step_budget=train.env_step_budget,
+        seconds=min(train.seconds, seconds_left) if train.seconds > 0 else seconds_left,
+        eval_episodes=train.eval_episodes, device=train.device, torch_threads=train.torch_threads,
+        generation=train.plan.generation, load_replay=train.plan.load_replay, share_replay=train.share_replay,
+        env_kwargs=train.env_kwargs, eval_env_kwargs=train.eval_env_kwargs,
+    )
 
 
 def _default_key(index: int) -> str:
@@ -139,13 +164,13 @@ def _default_key(index: int) -> str:
 class Tournament:
     """Agents, the leaderboard and the counters of one tournament; `handle(event) -> instructions`."""
 
-    def __init__(self, config: Config, board: list[dict[str, Any]] | None = None,
+    def __init__(self, config: Config, board: list[LeaderboardEntry] | None = None,
                  state: Mapping[str, Any] | None = None, key_factory: Callable[[int], str] = _default_key,
                  completed_before: int = 0) -> None:
         """`state`: `to_state()` of an earlier invocation, to resume; `completed_before`: segments that count
         towards `run.max_segments` already (an interrupted invocation being resumed)."""
         self.config = config
-        self.board: list[dict[str, Any]] = [dict(e) for e in board or []]
+        self.board: list[LeaderboardEntry] = [LeaderboardEntry(**e) for e in board or []]
         self.key_factory = key_factory
         self.strategy = STRATEGIES[config.tournament.strategy]
         state = dict(state or {})
@@ -191,6 +216,8 @@ class Tournament:
             return self._failed(eid, event, rng)
         if isinstance(event, SegmentRecovered):
             return self._recovered(eid, event)
+        if isinstance(event, CheckpointDamaged):
+            return self._forget(eid, event.key, event.error)
         if isinstance(event, CapacityChanged):
             return self._capacity(eid, event.slots, rng)
         return self._stop(eid, "budget", cancel=False)  # BudgetReached
@@ -200,7 +227,7 @@ class Tournament:
         self._ended(agent)
         self._advance(agent, result)
         self.counters["segments_completed"] += 1
-        self.counters["env_steps"] += result.env_steps
+        self.counters["env_steps"] += result.segment_env_steps
         self.counters["failed_in_a_row"] = 0
         self.completed_now += 1
         out = self._rank(eid, result, agent.group)
@@ -218,7 +245,7 @@ class Tournament:
             self._advance(agent, result)
         group = agent.group if agent is not None else self._group_of(result.algorithm)
         self.counters["segments_completed"] += 1
-        self.counters["env_steps"] += result.env_steps
+        self.counters["env_steps"] += result.segment_env_steps
         self.completed_now += int(event.resumed)
         out = self._rank(eid, result, group)
         if not self.stopped and self._on_target(result):
@@ -253,8 +280,8 @@ class Tournament:
         agent = self.agents[event.agent]
         self._ended(agent)
         out: list[Instruction] = []
-        if event.quarantined:
-            out += self._forget(eid, event.quarantined)
+        if event.damaged:
+            out += self._forget(eid, event.damaged, event.error)
         self.counters["segments_failed"] += 1
         self.counters["failed_in_a_row"] += 1
         self.completed_now += 1
@@ -264,9 +291,10 @@ class Tournament:
             return out + self._stop(eid, "failing", cancel=True)  # every slot failed twice in a row
         return out + self._after_segment(eid, agent, rng)
 
-    def _forget(self, eid: int, key: str) -> list[Instruction]:
-        """A damaged checkpoint leaves the board, and agents built on it start again from scratch."""
-        out: list[Instruction] = []
+    def _forget(self, eid: int, key: str, error: str) -> list[Instruction]:
+        """A damaged checkpoint is quarantined (kept for inspection, never loaded again), leaves the board, and
+        agents built on it start again from scratch."""
+        out: list[Instruction] = [Quarantine(eid, key, error)]
         if any(e["key"] == key for e in self.board):
             self.board = [e for e in self.board if e["key"] != key]
             out.append(Evict(eid, key))
@@ -318,10 +346,17 @@ class Tournament:
             if plan.adopted or plan.parent is None:
                 agent.line_segments = 0  # a new line starts
             self.running += 1
-            group = self.config.group(agent.group)
-            out.append(Train(eid, agent.id, key, agent.group, plan, seed=self.config.run.seed * 1_000_003 + index,
-                             env_steps=group.env_steps or self.config.segment.env_steps))
+            out.append(self._train_instruction(eid, agent, key, plan, seed=self.config.run.seed * 1_000_003 + index))
         return out
+
+    def _train_instruction(self, eid: int, agent: AgentState, key: str, plan: Plan, seed: int) -> Train:
+        config, group = self.config, self.config.group(agent.group)
+        run, segment = config.run, config.segment
+        return Train(eid, agent.id, key, agent.group, plan, seed=seed,
+                     env_step_budget=group.env_steps or segment.env_steps, algorithm=group.algorithm, env=run.env,
+                     env_kwargs=run.env_kwargs, eval_env_kwargs=run.eval_env_kwargs, seconds=segment.seconds,
+                     eval_episodes=segment.eval_episodes, device=segment.device, torch_threads=segment.torch_threads,
+                     share_replay=config.tournament.replay == "share")
 
     def _stop(self, eid: int, reason: str, cancel: bool) -> list[Instruction]:
         self.stopped = reason

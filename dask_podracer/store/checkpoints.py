@@ -88,7 +88,12 @@ def write_arrays(store: Store, key: str, arrays: Mapping[str, np.ndarray]) -> No
             if arr.size:
                 await node.setitem(..., arr)
 
-        await asyncio.gather(*(write_one(n, a) for n, a in arrays.items()))
+        # every write ends before this returns or raises: a plain gather raises at the first failure (a full disk)
+        # while the others still write, and they would put files back after the failed save was cleared away
+        outcomes = await asyncio.gather(*(write_one(n, a) for n, a in arrays.items()), return_exceptions=True)
+        failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failed is not None:
+            raise failed
 
     sync(write_all())
 

@@ -6,6 +6,10 @@ import dataclasses
 from typing import Any
 
 
+class SegmentError(RuntimeError):
+    """The segment ran but its outcome must not enter the leaderboard (e.g. a NaN score)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SegmentSpec:
     """Everything one segment needs; a segment is a pure function of this."""
@@ -24,8 +28,8 @@ class SegmentSpec:
     """Checkpoint key to start from; None starts a fresh agent."""
     seed: int = 0
     """Seeds networks, exploration and the training env."""
-    env_steps: int = 10_000
-    """Train until this many env steps (summed over envs); 0 means no step limit."""
+    env_step_budget: int = 10_000
+    """Train until this many env steps (summed over envs); 0 means no step limit (`segment.env_steps`)."""
     seconds: float = 0.0
     """Train until this many seconds have passed; 0 means no time limit."""
     eval_episodes: int = 10
@@ -49,8 +53,8 @@ class SegmentSpec:
     """Keyword arguments the evaluation env is built with on top of `env_kwargs` (`run.eval_env_kwargs`)."""
 
     def __post_init__(self) -> None:
-        if self.env_steps <= 0 and self.seconds <= 0:
-            raise ValueError("a segment needs a budget: env_steps > 0 or seconds > 0")
+        if self.env_step_budget <= 0 and self.seconds <= 0:
+            raise ValueError("a segment needs a budget: env_step_budget > 0 or seconds > 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +68,9 @@ class SegmentResult:
     hparams: dict[str, Any]
     score: float
     """Mean return of the evaluation episodes."""
-    env_steps: int
+    segment_env_steps: int
     """Env steps this segment trained for."""
-    total_env_steps: int
+    lineage_env_steps: int
     """Env steps of the whole lineage, parent's included."""
     train_seconds: float
     eval_seconds: float
