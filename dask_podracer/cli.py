@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--budget", metavar="DURATION", help="wall-clock budget, e.g. 90s, 10m, 1h (overrides run.budget)")
     train.add_argument("--json", metavar="SUMMARY", help="write a run summary as JSON to this file")
     train.add_argument("--quiet", action="store_true", help="print only the final summary")
+    train.add_argument("--tensorboard", metavar="DIR",
+                       help="write TensorBoard event files here as the run goes (overrides logging.tensorboard)")
     train.set_defaults(func=_train)
 
     board = commands.add_parser("leaderboard", help="show the ranked leaderboard of a store",
@@ -74,7 +76,28 @@ def _parser() -> argparse.ArgumentParser:
                                            "best so far, from a store's history: .html (Bokeh) or .png (matplotlib).")
     plot.add_argument("store", metavar="STORE", help="Zarr store path or URL")
     plot.add_argument("--out", required=True, metavar="FILE", help="curves.html or curves.png")
+    plot.add_argument("--view", choices=PLOT_VIEWS, default="curves", help=(
+        "curves (default): reward vs time and vs env steps; lineage: who started from whom, exploits and fresh "
+        "starts marked; hparams: each tuned hyper-parameter over wall-clock per agent, and score against it; "
+        "population: lineage and hparams; all: everything"))
     plot.set_defaults(func=_plot)
+
+    status = commands.add_parser("status", help="is a run going, its best score, segments, budget, last error",
+                                 description="One screen about a store, for a scheduled workflow's owner: whether "
+                                             "a run is going (and since when), the best score, segments finished "
+                                             "and failed, the budget spent and left, and the last error.")
+    status.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    status.set_defaults(func=_status)
+
+    tensorboard = commands.add_parser("tensorboard", help="write a store's history as TensorBoard event files",
+                                      description="Write every finished segment of a store to TensorBoard event "
+                                                  "files under DIR/<run name>/agent-NNN, as [logging] tensorboard "
+                                                  "does while a run goes. Needs the tensorboard extra.")
+    tensorboard.add_argument("store", metavar="STORE", help="Zarr store path or URL")
+    tensorboard.add_argument("--out", required=True, metavar="DIR", help="TensorBoard log directory")
+    tensorboard.add_argument("--name", metavar="RUN", help="run name (default: the store's name, without .zarr)")
+    tensorboard.set_defaults(func=_tensorboard)
 
     lineage = commands.add_parser("lineage", help="print a checkpoint's family tree",
                                   description="Print the ancestors of KEY from the first segment of its lineage, "
@@ -129,6 +152,8 @@ def _train(args: argparse.Namespace) -> int:
         overrides = {k: v for k, v in {"store": args.store, "budget": args.budget}.items() if v is not None}
         if overrides:
             config = config.replace(**overrides)
+        if args.tensorboard is not None:
+            config = config.with_logging(tensorboard=args.tensorboard)
     except ConfigError as e:
         raise UserError(str(e)) from None
     tls = _tls_files(args)
@@ -207,16 +232,61 @@ def _leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_VIEWS = ("curves", "lineage", "hparams", "population", "all")
+
+
 def _plot(args: argparse.Namespace) -> int:
-    from dask_podracer.dashboard import write_plot
+    from dask_podracer.dashboard import write_plot, write_population_plot
     from dask_podracer.store import PodracerStore, StoreError
 
+    views = {"curves": (), "lineage": ("lineage",), "hparams": ("hparams",), "population": ("lineage", "hparams"),
+             "all": ("curves", "lineage", "hparams")}[args.view]
     try:
         store = PodracerStore(args.store)
-        out = write_plot(store.read_history(), args.out, title=Path(store.url).name)
+        title = Path(store.url).name
+        if views:
+            out = write_population_plot(store.read_history(), args.out, views, title=title)
+        else:
+            out = write_plot(store.read_history(), args.out, title=title)
     except (StoreError, ValueError) as e:
         raise UserError(str(e)) from None
     print(f"wrote {out}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from dask_podracer.status import format_status, read_status
+    from dask_podracer.store import StoreError
+
+    try:
+        status = read_status(args.store)
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    print(json.dumps(status.to_dict(), indent=2) if args.json else format_status(status))
+    return 0
+
+
+def _tensorboard(args: argparse.Namespace) -> int:
+    from dask_podracer.config import LoggingConfig
+    from dask_podracer.store import PodracerStore, StoreError
+    from dask_podracer.tracking import TrackingError, default_run_name, open_trackers
+
+    try:
+        store = PodracerStore(args.store)
+        history = store.read_history()
+        # the name a live run logged under ([logging]), so an export lands beside it; older stores: the store's
+        name = args.name or store.read_run_state().get("name") or default_run_name(store.url)
+        target = Path(args.out) / name
+        if target.is_dir() and any(target.rglob("events.out.tfevents.*")):
+            raise UserError(f"{target} already holds TensorBoard event files (a live run's, or an earlier "
+                            f"export's): choose another --out or --name, or remove it")
+        with open_trackers(LoggingConfig(tensorboard=args.out), name, store.url) as trackers:
+            trackers.record(history)
+    except (StoreError, TrackingError) as e:
+        raise UserError(str(e)) from None
+    finished = sum(r.get("status") == "finished" for r in history)
+    agents = len({r.get("agent") for r in history if r.get("status") == "finished"})
+    print(f"wrote {finished} segments of {agents} agents to {target} (tensorboard --logdir {args.out})")
     return 0
 
 

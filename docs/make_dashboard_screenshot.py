@@ -1,12 +1,15 @@
-"""Take docs/dashboard-page.png: the live Podracer page of a real short tournament, in headless Chromium.
+"""Take docs/dashboard-page.png and docs/images/dashboard-*.png: the live Podracer pages of a real short
+tournament, in headless Chromium.
 
     python docs/make_dashboard_screenshot.py [--config workflows/configs/pendulum.toml] [--segments 12]
-                                             [--out docs/dashboard-page.png]
+                                             [--pages page,lineage,hparams] [--keep-store DIR]
 
 Starts the embedded LocalCluster (two worker processes, which preloads the live page),
 runs the config's tournament in a thread on a fresh store, waits until `--segments`
 segments have finished and one is training, then points Debian's `chromium`
-(`apt-get install chromium`) at `<dashboard>/individual-podracer`. Takes a few minutes on
+(`apt-get install chromium`) at `<dashboard>/individual-podracer` and at the lineage and
+hyper-parameter panels. `--keep-store` copies the run's store there afterwards (for
+`podracer plot`, `status` and `tensorboard` pictures of the same run). Takes a few minutes on
 a 2-core machine.
 """
 
@@ -28,18 +31,24 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGES = {  # name: (route suffix, picture, the model whose presence means the page is drawn, window height)
+    "page": ("", ROOT / "docs" / "dashboard-page.png", "podracer-leaderboard", 1060),
+    "lineage": ("-lineage", ROOT / "docs" / "images" / "dashboard-lineage.png", "podracer-lineage", 640),
+    "hparams": ("-hparams", ROOT / "docs" / "images" / "dashboard-hparams.png", "podracer-score-vs-actor_lr", 760),
+}
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars"]
 
 
-def screenshot(url: str, out: Path, width: int = 1400, height: int = 1060, timeout: float = 60.0) -> None:
+def screenshot(url: str, out: Path, width: int = 1400, height: int = 1060, timeout: float = 60.0,
+               ready: str = "podracer-leaderboard") -> None:
     """Open `url` in headless Chromium (a fresh profile) and save a PNG once BokehJS has drawn the page.
 
     `chromium --screenshot` shoots at the load event, before the Bokeh server has sent the
     document over its websocket (and `--virtual-time-budget` does not wait for websockets):
     so the page is driven over the DevTools protocol, and shot once the document's
-    leaderboard model exists, plus a moment to lay out.
+    `ready` model (the leaderboard's, by default) exists, plus a moment to lay out.
     """
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -54,10 +63,11 @@ def screenshot(url: str, out: Path, width: int = 1400, height: int = 1060, timeo
             port = _devtools_port(Path(log.name), timeout)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
                 page = next(t for t in json.load(answer) if t["type"] == "page")
-            png = asyncio.run(_drive(page["webSocketDebuggerUrl"], url, width, height, timeout))
+            png = asyncio.run(_drive(page["webSocketDebuggerUrl"], url, width, height, timeout, ready))
         finally:
             browser.terminate()
             browser.wait(timeout=30)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(png)
 
 
@@ -71,7 +81,7 @@ def _devtools_port(log: Path, timeout: float) -> int:
     raise SystemExit("make_dashboard_screenshot: chromium did not open its DevTools port")
 
 
-async def _drive(devtools: str, url: str, width: int, height: int, timeout: float) -> bytes:
+async def _drive(devtools: str, url: str, width: int, height: int, timeout: float, ready: str) -> bytes:
     """Over the DevTools websocket of one tab: size it, open `url`, wait for the document, shoot."""
     from tornado.websocket import websocket_connect
 
@@ -91,7 +101,7 @@ async def _drive(devtools: str, url: str, width: int, height: int, timeout: floa
     await call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
     await call("Page.navigate", url=url)
     drawn = ("!!(window.Bokeh && Bokeh.documents.length && "
-             "Bokeh.documents[0].get_model_by_name('podracer-leaderboard'))")
+             f"Bokeh.documents[0].get_model_by_name({ready!r}))")
     deadline = time.monotonic() + timeout
     while not (await call("Runtime.evaluate", expression=drawn, returnByValue=True))["result"].get("value"):
         if time.monotonic() > deadline:
@@ -107,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "workflows" / "configs" / "pendulum.toml"))
     parser.add_argument("--segments", type=int, default=12, help="finished segments before the picture")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "dashboard-page.png"))
+    parser.add_argument("--pages", default=",".join(PAGES), help=f"which pictures, of {', '.join(PAGES)}")
+    parser.add_argument("--keep-store", metavar="DIR", help="copy the run's store to DIR afterwards")
     args = parser.parse_args(argv)
+    pages = [PAGES[name] for name in args.pages.split(",")]
 
     import torch
     from distributed import Client
@@ -137,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1.0)
                 done = finished()
                 if done >= args.segments and any(client.processing().values()):
-                    screenshot(url, Path(args.out))
-                    print(f"wrote {args.out} from {url} after {done} segments")
+                    for suffix, out, ready, height in pages:
+                        screenshot(url + suffix, out, height=height, ready=ready)
+                        print(f"wrote {out} from {url + suffix} after {done} segments")
                     break
             run.join()
+        if args.keep_store:
+            shutil.copytree(config.store_url, args.keep_store, dirs_exist_ok=False)
+            print(f"kept the store at {args.keep_store}")
     return 0
 
 

@@ -1,9 +1,11 @@
 """The live Podracer page: a Bokeh document on the Dask dashboard, redrawn by a periodic callback.
 
 It draws the `Snapshot`s it is handed: the leaderboard (a DataTable), the training pool
-(which agent's segment runs on which worker, since when, with which hyper-parameters)
-and the seeds' two learning curves, reward vs wall-clock time and reward vs env steps,
-one colour per agent plus the best score so far. Read-only: nothing on the page writes.
+(which agent's segment runs on which worker and device, since when, with which hyper-parameters),
+the seeds' two learning curves, reward vs wall-clock time and reward vs env steps,
+one colour per agent plus the best score so far, and the population views (`population.py`):
+the lineage tree, and each tuned hyper-parameter over wall-clock and against the score.
+Read-only: nothing on the page writes.
 Which scheduler, which store and how to read them is `population/dashboard_preload.py`'s
 business; this module knows only Bokeh.
 """
@@ -22,9 +24,11 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from dask_podracer.dashboard.plots import curves
-from dask_podracer.dashboard.snapshot import Running, Snapshot, format_hparams, varying
+from dask_podracer.dashboard.population import agent_order, hparam_series, lineage_graph, log_scale, tuned
+from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
+from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
 
-PARTS = ("leaderboard", "pool", "curves")
+PARTS = ("leaderboard", "pool", "curves", "lineage", "hparams")
 REFRESH_MS = 2000
 """How often an open page asks for a new snapshot (the store is read at most once a second anyway)."""
 LEGEND_AGENTS = 12
@@ -69,6 +73,18 @@ class PodracerView:
             self.figures = [self._figure("wall", "wall-clock seconds", single), self._figure("steps", "env steps", single)]
             items += [_heading("Episodic reward vs wall-clock time and vs env steps", single),
                       row(*self.figures, sizing_mode="stretch_both" if single else "stretch_width")]
+        self.nodes, self.edges = (ColumnDataSource(d) for d in lineage_graph([]))
+        if "lineage" in self.parts:
+            items += [_heading("Lineage: each segment at (wall-clock, agent), an edge from the checkpoint it started "
+                               "from; fresh starts and exploits marked", single),
+                      lineage_figure(self.nodes, self.edges, sizing_mode="stretch_both" if single else "stretch_width")]
+        self.hparams = column(Div(text=NO_TUNED), name="podracer-hparams",
+                              sizing_mode="stretch_both" if single else "stretch_width")
+        self.hparam_sources: dict[str, tuple[ColumnDataSource, ColumnDataSource]] = {}
+        self.hparam_layout: tuple[tuple[str, bool], ...] = ()
+        if "hparams" in self.parts:
+            items += [_heading("Tuned hyper-parameters: over wall-clock per agent, and score against each", single),
+                      self.hparams]
         self.root = column(*items, sizing_mode="stretch_both" if single else "stretch_width", name="podracer")
 
     def update(self, snapshot: Snapshot) -> None:
@@ -81,6 +97,32 @@ class PodracerView:
                 _set(source, data)
             for fig in self.figures:
                 fig.legend.visible = len(lines["agent"]) <= LEGEND_AGENTS
+        if "lineage" in self.parts:
+            nodes, edges = lineage_graph(snapshot.history)
+            _set(self.nodes, nodes)
+            _set(self.edges, edges)
+        if "hparams" in self.parts:
+            self._update_hparams(snapshot.history)
+
+    def _update_hparams(self, history: Sequence[Mapping[str, Any]]) -> None:
+        """One row per tuned hyper-parameter; the rows are rebuilt only when the tuned names (or an axis's
+        scale) change, otherwise only their data are sent."""
+        colors = agent_colors({f"agent {r.get('agent', '?')}" for r in history if r.get("status") == "finished"})
+        series = {name: hparam_series(history, name) for name in tuned(history)}
+        layout = tuple((name, log_scale(points["value"])) for name, (_, points) in series.items())
+        if layout != self.hparam_layout:
+            self.hparam_layout = layout
+            self.hparam_sources = {name: (ColumnDataSource(colored(lines, colors)),
+                                          ColumnDataSource(colored(points, colors)))
+                                   for name, (lines, points) in series.items()}
+            rows = [row(*hparam_figures(name, *self.hparam_sources[name], log, sizing_mode="stretch_width"),
+                        sizing_mode="stretch_width") for name, log in layout]
+            self.hparams.children = rows or [Div(text=NO_TUNED)]
+            return
+        for name, (lines, points) in series.items():
+            line_source, point_source = self.hparam_sources[name]
+            _set(line_source, colored(lines, colors))
+            _set(point_source, colored(points, colors))
 
     def _figure(self, x: str, label: str, single: bool) -> Any:
         fig = figure(x_axis_label=label, y_axis_label="evaluation return", height=340, name=f"podracer-reward-vs-{x}",
@@ -110,7 +152,9 @@ def pool_columns(running: Sequence[Running], now: float) -> dict[str, list[Any]]
     running = sorted(running, key=lambda r: r.since)
     first = varying(running)  # the differences between the agents lead; the long tail is cut at the table's edge
     return {"key": [r.key for r in running], "agent": ["-" if r.agent is None else str(r.agent) for r in running],
-            "worker": [r.worker for r in running],
+            "worker": [r.worker for r in running], "device": [r.device for r in running],
+            "gpu_memory": [format_gpu_memory(r) for r in running],
+            "gpu_utilization": ["-" if r.gpu_utilization is None else f"{r.gpu_utilization:.0f}%" for r in running],
             "since": [time.strftime("%H:%M:%S", time.localtime(r.since)) for r in running],
             "seconds": [round(max(0.0, now - r.since), 1) for r in running],
             "hparams": [format_hparams(r.hparams, first) for r in running]}
@@ -120,7 +164,7 @@ def curve_columns(history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[
     """(points, lines, best): one point per finished segment, one line per agent, the best score so far."""
     series = curves(history)
     best = series.pop("best", {"wall_seconds": [], "env_steps": [], "score": []})
-    agents = sorted(series, key=_agent_order)
+    agents = sorted(series, key=agent_order)
     colors = {name: Category10_10[i % 10] for i, name in enumerate(agents)}
     points: dict[str, list[Any]] = {"agent": [], "wall": [], "steps": [], "score": [], "color": []}
     for name in agents:
@@ -136,9 +180,7 @@ def curve_columns(history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[
     return points, lines, {"wall": best["wall_seconds"], "steps": best["env_steps"], "score": best["score"]}
 
 
-def _agent_order(name: str) -> tuple[int, str]:
-    number = name.removeprefix("agent ")
-    return (int(number), "") if number.isdigit() else (1 << 62, name)
+NO_TUNED = "<p>(no hyper-parameter differs between the finished segments yet)</p>"
 
 
 def _header(snapshot: Snapshot) -> str:
@@ -179,6 +221,9 @@ def _board_columns() -> list[TableColumn]:  # widths are proportions: the table 
 
 def _pool_columns() -> list[TableColumn]:
     return [TableColumn(field="key", title="segment", width=130), TableColumn(field="agent", title="agent", width=40),
-            TableColumn(field="worker", title="worker", width=140), TableColumn(field="since", title="since", width=60),
+            TableColumn(field="worker", title="worker", width=140), TableColumn(field="device", title="device", width=90),
+            TableColumn(field="gpu_memory", title="GPU memory", width=80),
+            TableColumn(field="gpu_utilization", title="GPU util", width=50),
+            TableColumn(field="since", title="since", width=60),
             TableColumn(field="seconds", title="running for (s)", formatter=NumberFormatter(format="0"), width=80),
             TableColumn(field="hparams", title="hyper-parameters", width=450)]

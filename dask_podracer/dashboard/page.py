@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dask_podracer.dashboard.plots import curves
-from dask_podracer.dashboard.snapshot import Running, Snapshot, format_hparams, varying
+from dask_podracer.dashboard.population import finished, hparam_series, lineage_graph, log_scale, tuned
+from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
+from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
 
 REFRESH_SECONDS = 5
 
@@ -28,7 +30,8 @@ def render_page(snapshot: Snapshot) -> str:
                  f"{REFRESH_SECONDS} s · read-only</p>"),
                 "<h2>Leaderboard</h2>", _leaderboard(snapshot.board),
                 "<h2>Training pool</h2>", _pool(snapshot.running, snapshot.taken),
-                "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(snapshot.history)]
+                "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(snapshot.history),
+                "<h2>Lineage and tuned hyper-parameters</h2>", _population(snapshot.history)]
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Podracer</title>"
             f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'><style>{_CSS}</style></head>"
             f"<body>{''.join(body)}</body></html>")
@@ -51,9 +54,12 @@ def _pool(running: Sequence[Running], now: float) -> str:
     first = varying(running)
     rows = "".join(
         f"<tr><td class='key'>{_e(r.key)}</td><td>{'-' if r.agent is None else r.agent}</td><td>{_e(r.worker)}</td>"
+        f"<td>{_e(r.device)}</td><td>{_e(format_gpu_memory(r))}</td>"
+        f"<td>{'-' if r.gpu_utilization is None else f'{r.gpu_utilization:.0f}%'}</td>"
         f"<td>{time.strftime('%H:%M:%S', time.localtime(r.since))}</td><td>{max(0.0, now - r.since):.0f} s</td>"
         f"<td>{_e(format_hparams(r.hparams, first))}</td></tr>" for r in running)
-    return ("<table><tr><th>segment</th><th>agent</th><th>worker</th><th>since</th><th>running for</th>"
+    return ("<table><tr><th>segment</th><th>agent</th><th>worker</th><th>device</th><th>GPU memory</th>"
+            "<th>GPU util</th><th>since</th><th>running for</th>"
             f"<th>hyper-parameters</th></tr>{rows}</table>")
 
 
@@ -79,6 +85,27 @@ def _curves(history: Sequence[Mapping[str, Any]]) -> str:
         figs.append(fig)
     script, div = components(row(*figs))
     return INLINE.render_js() + script + div  # inline: no network needed to draw
+
+
+def _population(history: Sequence[Mapping[str, Any]]) -> str:
+    """The lineage tree and a row per tuned hyper-parameter, as one Bokeh layout (Bokeh's scripts come with the
+    curves, drawn before it whenever there is a finished segment)."""
+    from bokeh.embed import components
+    from bokeh.layouts import column, row
+    from bokeh.models import ColumnDataSource
+
+    if not finished(history):
+        return "<p>(no finished segment yet)</p>"
+    nodes, edges = lineage_graph(history)
+    items = [lineage_figure(ColumnDataSource(nodes), ColumnDataSource(edges), width=1040)]
+    colors = agent_colors({f"agent {r.get('agent', '?')}" for r in finished(history)})
+    for name in tuned(history):
+        lines, points = hparam_series(history, name)
+        items.append(row(*hparam_figures(name, ColumnDataSource(colored(lines, colors)),
+                                         ColumnDataSource(colored(points, colors)), log_scale(points["value"]),
+                                         width=520)))
+    script, div = components(column(*items))
+    return script + div
 
 
 def _e(text: str) -> str:

@@ -51,9 +51,17 @@ def write_plot(history: Sequence[Mapping[str, Any]], out: str | Path, title: str
 
 def _bokeh(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> None:
     from bokeh.layouts import row
+    from bokeh.plotting import output_file, save
+
+    output_file(out, title=title, mode="inline")  # inline: the page opens without network access
+    save(row(*curve_figures(data, title)))
+
+
+def curve_figures(data: dict[str, dict[str, list[float]]], title: str) -> list[Any]:
+    """The two curves as Bokeh figures (reward vs wall-clock seconds, vs env steps)."""
     from bokeh.models import ColumnDataSource
     from bokeh.palettes import Category10_10
-    from bokeh.plotting import figure, output_file, save
+    from bokeh.plotting import figure
 
     plots = []
     for x, label in (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps")):
@@ -70,18 +78,27 @@ def _bokeh(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> No
         fig.legend.location = "bottom_right"
         fig.legend.click_policy = "hide"
         plots.append(fig)
-    output_file(out, title=title, mode="inline")  # inline: the page opens without network access
-    save(row(*plots))
+    return plots
 
 
 def _matplotlib(data: dict[str, dict[str, list[float]]], out: Path, title: str) -> None:
+    fig = new_figure((12, 4.5))
+    draw_curves(fig.subplots(1, 2), data, title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def new_figure(size: tuple[float, float]) -> Any:
+    """A matplotlib Figure without pyplot: it draws with no GUI and leaves the caller's backend (a notebook's) alone."""
     try:
-        # A Figure without pyplot draws with no GUI and leaves the caller's backend (a notebook's) alone.
         from matplotlib.figure import Figure
     except ImportError:
         raise ValueError("writing PNG needs matplotlib (pip install matplotlib), or write .html") from None
-    fig = Figure(figsize=(12, 4.5))
-    axes = fig.subplots(1, 2)
+    return Figure(figsize=size)
+
+
+def draw_curves(axes: Sequence[Any], data: dict[str, dict[str, list[float]]], title: str) -> None:
+    """Both curves on two matplotlib axes."""
     for ax, (x, label) in zip(axes, (("wall_seconds", "wall-clock seconds"), ("env_steps", "env steps"))):
         for name, line in sorted(data.items()):
             style = {"color": "black", "linewidth": 2.5} if name == "best" else {"marker": "o", "alpha": 0.6}
@@ -90,5 +107,3 @@ def _matplotlib(data: dict[str, dict[str, list[float]]], out: Path, title: str) 
         ax.set_ylabel("evaluation return")
         ax.set_title(f"{title}: reward vs {label}")
     axes[1].legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)

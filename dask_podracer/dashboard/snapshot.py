@@ -26,6 +26,13 @@ class Running:
     agent: int | None = None
     """The agent it trains; None until the run's state naming it is written (at most 5 s)."""
     hparams: Mapping[str, Any] | None = None
+    device: str = "cpu"
+    """Where the worker trains: `cpu`, or `cuda` and the GPU's name where the worker reports it (NVML)."""
+    gpu_memory_used: int | None = None
+    """Bytes of the worker's GPU memory in use, where NVML is available (Dask's worker metrics)."""
+    gpu_memory_total: int | None = None
+    gpu_utilization: float | None = None
+    """Percent, where NVML is available."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,3 +68,11 @@ def varying(running: Sequence[Running]) -> set[str]:
     """The hyper-parameters whose values differ between the running segments (what the search changed)."""
     names = {name for r in running for name in (r.hparams or {})}
     return {name for name in names if len({repr((r.hparams or {}).get(name)) for r in running}) > 1}
+
+
+def format_gpu_memory(r: Running) -> str:
+    """`3.2 / 79.6 GiB` where the worker reports its GPU's memory (NVML), else `-`."""
+    if r.gpu_memory_used is None:
+        return "-"
+    total = f" / {r.gpu_memory_total / 2**30:.1f}" if r.gpu_memory_total else ""
+    return f"{r.gpu_memory_used / 2**30:.1f}{total} GiB"

@@ -6,7 +6,8 @@ records, from the scheduler's transitions, when each segment began running where
 `current_snapshot(scheduler)` combines the two for the pages:
 
 - the live Bokeh page at `/individual-podracer` (and its `-leaderboard`, `-pool`,
-  `-curves` panels), when the scheduler preloaded `population/dashboard_preload.py`;
+  `-curves`, `-lineage`, `-hparams` panels), when the scheduler preloaded
+  `population/dashboard_preload.py`;
 - the plain HTML page, always at `/podracer.html`, and at `/individual-podracer` too
   when the live page is absent (a scheduler started without the preload).
 
@@ -103,8 +104,26 @@ class PodracerPage(SchedulerPlugin):
                 continue
             agent = tables.agents.get(segment_key(key), {})
             running.append(Running(segment_key(key), task.processing_on.address, since,
-                                   agent.get("id"), agent.get("hparams")))
+                                   agent.get("id"), agent.get("hparams"), **worker_device(task.processing_on)))
         return Snapshot(self.store_url, tables.board, tables.history, running, tables.error)
+
+
+def worker_device(worker: Any) -> dict[str, Any]:
+    """What the pool table says of a worker's device, from the scheduler's `WorkerState`: `cpu`, or `cuda` with
+    the GPU's name, memory in use and utilisation where the worker reports them. Dask's workers report NVML's
+    figures in their heartbeats when pynvml (nvidia-ml-py) is installed and finds a GPU (`metrics`:
+    `gpu_memory_used`, `gpu-memory-total`, `gpu_utilization`; `extra["gpu"]["name"]`), for the first GPU the
+    worker sees (`CUDA_VISIBLE_DEVICES`); a worker that advertises a GPU resource without them shows `cuda`."""
+    metrics = getattr(worker, "metrics", None) or {}
+    gpu = (getattr(worker, "extra", None) or {}).get("gpu") or {}
+    used = metrics.get("gpu_memory_used")
+    if used is None:
+        resources = getattr(worker, "resources", None) or {}
+        return {"device": "cuda" if resources.get("GPU") else "cpu"}
+    utilization = metrics.get("gpu_utilization")
+    return {"device": f"cuda: {gpu['name']}" if gpu.get("name") else "cuda", "gpu_memory_used": int(used),
+            "gpu_memory_total": metrics.get("gpu-memory-total") or gpu.get("memory-total"),
+            "gpu_utilization": None if utilization is None else float(utilization)}
 
 
 async def current_snapshot(scheduler: Any) -> Snapshot:

@@ -34,6 +34,7 @@ from dask_podracer.population.tournament import (BudgetReached, CapacityChanged,
                                                  SegmentRecovered, Stop, Tournament, Train, segment_spec)
 from dask_podracer.store import ChecksumError, PodracerStore, StoreError
 from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
+from dask_podracer.tracking import Trackers, open_trackers
 from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
 
 log = logging.getLogger(__name__)
@@ -116,9 +117,10 @@ def run_tournament(config: Config, client: Client | None = None,
     try:  # before a cluster starts: none of these needs one to be found
         check_constructs(config)
         check_store_fits(config)
+        trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
     except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
         raise ConfigError(f"{config.source}: {e}") from None
-    with _client_for(config, client, scheduler, tls) as active:
+    with trackers, _client_for(config, client, scheduler, tls) as active:
         slots = cluster_slots(active, requested=config.cluster.resource)
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         store = PodracerStore(config.store_url, create=True)
@@ -130,7 +132,7 @@ def run_tournament(config: Config, client: Client | None = None,
         active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
         if on_start is not None:
             on_start(active)
-        return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds).run()
+        return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
 
 
 @contextlib.contextmanager
@@ -150,8 +152,9 @@ def _client_for(config: Config, client: Client | None, scheduler: str | None,
 class _Loop:
     def __init__(self, config: Config, client: Client, store: PodracerStore, slots: Slots,
                  on_progress: Callable[[Progress], None] | None, segment_fn: SegmentFunction,
-                 poll_seconds: float) -> None:
+                 poll_seconds: float, trackers: Trackers | None = None) -> None:
         self.config, self.client, self.store, self.slots = config, client, store, slots
+        self.trackers = trackers or Trackers()  # TensorBoard, MLflow ([logging]): fed what the history gets
         self.on_progress = on_progress or (lambda progress: None)
         self.segment_fn, self.poll_seconds = segment_fn, poll_seconds
         saved = self.store.read_run_state()
@@ -408,6 +411,7 @@ class _Loop:
     def _write_tables(self) -> None:
         self.dirty, self.flushed = False, time.monotonic()
         self.store.extend_history(self.unwritten_history)
+        self.trackers.record(self.unwritten_history)  # returns at once: a background thread writes them
         self.unwritten_history = []
         if self.board_changed:
             self.store.write_leaderboard(self.machine.board)
@@ -427,6 +431,9 @@ class _Loop:
             # dates (Unix seconds): a state not finished and not stopped, written recently, is a run going now
             "invocation_started_at": self.started_at, "written_at": time.time(),
             "heartbeat_seconds": HEARTBEAT_SECONDS,
+            # what `podracer status` and `podracer tensorboard` know of the config that ran it
+            "name": self.config.run.name, "budget_seconds": self.config.run.budget_seconds,
+            "max_segments": self.config.run.max_segments,
         })
         if retention.retention:
             self._collect()  # after the state: a resumed run never finds an agent on a deleted checkpoint

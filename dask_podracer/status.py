@@ -1,0 +1,196 @@
+"""`podracer status STORE`: is a run going, how far has it got, what went wrong last. One screen, from the store.
+
+Everything comes from the store's small tables (no cluster, nothing written): the run state says
+whether the last invocation finished and when it last wrote (a running loop rewrites it at least
+every `heartbeat_seconds`), the leaderboard gives the best score, the history counts segments and
+holds the last error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+HEARTBEATS = 3
+"""A state not finished, not stopped, and written within this many heartbeats is a run going now."""
+DEFAULT_HEARTBEAT = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreStatus:
+    store: str
+    state: str
+    """`running`, `finished`, `stopped` (interrupted: Ctrl-C, a lost scheduler), `silent` (not finished and
+    not written for more than 3 heartbeats: a killed client) or `new` (no run has written its state)."""
+    stop_reason: str | None
+    started_at: float | None
+    """When the current (or last) invocation started, Unix seconds."""
+    written_at: float | None
+    checked_at: float
+    invocations: int
+    run_seconds: float
+    """Wall-clock seconds of all invocations."""
+    best: dict[str, Any] | None
+    """The leaderboard's first entry: key, score, score_stderr, env_steps, group."""
+    finished: int
+    failed: int
+    cancelled: int
+    env_steps: int
+    leg_segments: int
+    budget_spent: float | None
+    """Seconds of the current leg's budget spent (a run cut off continues its budget on the next start)."""
+    budget_seconds: float | None
+    """The run's budget, where the run state records it."""
+    max_segments: int | None
+    last_error: dict[str, Any] | None
+    """The last failed segment: key, agent, error, wall_seconds (of run time), date."""
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT
+
+    @property
+    def budget_left(self) -> float | None:
+        if self.budget_seconds is None or self.budget_spent is None:
+            return None
+        running_for = self.checked_at - self.written_at if self.state == "running" and self.written_at else 0.0
+        return max(0.0, self.budget_seconds - self.budget_spent - running_for)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "budget_left": self.budget_left}
+
+
+def store_status(state: Mapping[str, Any], board: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]],
+                 store: str = "", now: float | None = None) -> StoreStatus:
+    """The status of a store whose tables are `state`, `board` and `history`, as seen at `now`."""
+    now = time.time() if now is None else now
+    counts = {s: sum(r.get("status") == s for r in history) for s in ("finished", "failed", "cancelled")}
+    failed = [r for r in history if r.get("status") == "failed"]
+    written = _number(state.get("written_at"))
+    run_seconds = float(state.get("wall_seconds") or 0.0)
+    last_error = None
+    if failed:
+        r = failed[-1]
+        date = written - run_seconds + float(r.get("wall_seconds") or 0.0) if written is not None else None
+        last_error = {"key": r.get("key"), "agent": r.get("agent"), "error": r.get("error"),
+                      "wall_seconds": r.get("wall_seconds"), "date": date}
+    leg = state.get("leg") or {}
+    best = None
+    if board:
+        best = {k: board[0].get(k) for k in ("key", "score", "score_stderr", "env_steps", "group", "algorithm")}
+    return StoreStatus(
+        store=store, state=_state(state, now), stop_reason=state.get("stop_reason"),
+        started_at=_number(state.get("invocation_started_at")), written_at=written, checked_at=now,
+        invocations=int(state.get("invocations") or 0), run_seconds=run_seconds, best=best,
+        finished=counts["finished"], failed=counts["failed"], cancelled=counts["cancelled"],
+        env_steps=max((int(r.get("run_env_steps") or 0) for r in history), default=0),
+        leg_segments=int(leg.get("segments") or 0), budget_spent=_number(leg.get("budget_spent")),
+        budget_seconds=_number(state.get("budget_seconds")),
+        max_segments=int(state["max_segments"]) if _number(state.get("max_segments")) else None,
+        last_error=last_error, heartbeat_seconds=_number(state.get("heartbeat_seconds")) or DEFAULT_HEARTBEAT)
+
+
+def read_status(store_url: str, now: float | None = None) -> StoreStatus:
+    """`store_status` of the store at `store_url` (raises StoreError when there is no store)."""
+    from dask_podracer.store import PodracerStore
+
+    store = PodracerStore(store_url)
+    # the history first: a running loop writes history, board, state in that order, so the state read last
+    # is never older than the history (the counts can only be behind the state, not ahead of it)
+    history = store.read_history()
+    board = store.read_leaderboard()
+    return store_status(store.read_run_state(), board, history, store.url, now)
+
+
+def format_status(s: StoreStatus) -> str:
+    """The one screen of `podracer status`."""
+    lines = [("store", s.store), ("run", _run_line(s))]
+    if s.best:
+        stderr = f" ± {s.best['score_stderr']:.1f}" if s.best.get("score_stderr") else ""
+        group = s.best.get("group") or s.best.get("algorithm") or "-"
+        steps = int(s.best.get("env_steps") or 0)
+        lines.append(("best", f"{s.best['score']:.1f}{stderr}  {s.best['key']}  ({group}, {steps:,} env steps)"))
+    else:
+        lines.append(("best", "- (the leaderboard is empty)"))
+    leg = f"; {s.leg_segments} in this leg" if s.invocations > 1 else ""  # else the same, up to the state's lag
+    lines.append(("segments", f"{s.finished} finished, {s.failed} failed, {s.cancelled} cancelled{leg}"))
+    lines.append(("budget", _budget_line(s)))
+    lines.append(("env steps", f"{s.env_steps:,}"))
+    if s.last_error:
+        e = s.last_error
+        when = f"{_ago(s.checked_at - e['date'])} ago" if e.get("date") else f"at {_duration(e['wall_seconds'] or 0)}"
+        lines.append(("last error", f"{e['error']}  ({e['key']}, agent {e['agent']}, {when})"))
+    else:
+        lines.append(("last error", "none"))
+    return "\n".join(f"{name:<11}{value}" for name, value in lines)
+
+
+def _run_line(s: StoreStatus) -> str:
+    invocations = f"{s.invocations} invocation{'s' if s.invocations != 1 else ''}, {_duration(s.run_seconds)} of run time"
+    written = f"state written {_ago(s.checked_at - s.written_at)} ago" if s.written_at else "state never dated"
+    if s.state == "new":
+        return "no run has written its state yet (a new store, or one written before run states existed)"
+    if s.state == "running":
+        since = f"since {_date(s.started_at)} ({_duration(s.checked_at - s.started_at)})" if s.started_at else ""
+        return f"RUNNING {since}; {written}; {invocations}"
+    if s.state == "finished":
+        return f"finished ({s.stop_reason}) {_date(s.written_at)}; {invocations}"
+    if s.state == "stopped":
+        return (f"stopped ({s.stop_reason}) {_date(s.written_at)}, not finished: the next `podracer train` on "
+                f"this store continues its budget; {invocations}")
+    return (f"NOT RUNNING: not finished, but its {written} (a heartbeat is every "
+            f"{_duration(s.heartbeat_seconds)}): its client was killed or lost its scheduler; the next "
+            f"`podracer train` on this store continues its budget; {invocations}")
+
+
+def _budget_line(s: StoreStatus) -> str:
+    if s.budget_spent is None:
+        return "- (the run state records no budget spent)"
+    spent = _duration(s.budget_spent + (s.checked_at - s.written_at if s.state == "running" and s.written_at else 0))
+    line = f"{spent} spent in this leg"
+    if s.budget_seconds is not None:
+        line += f" of {_duration(s.budget_seconds)}: {_duration(s.budget_left or 0.0)} left"
+    else:
+        line += " (the budget is the config's run.budget; this store does not record it)"
+    if s.max_segments:
+        line += f"; {s.leg_segments} of max_segments {s.max_segments} segments"
+    return line
+
+
+def _state(state: Mapping[str, Any], now: float) -> str:
+    if not state:
+        return "new"
+    if state.get("finished"):
+        return "finished"
+    if state.get("stop_reason"):
+        return "stopped"
+    written, heartbeat = _number(state.get("written_at")), _number(state.get("heartbeat_seconds"))
+    if written is not None and now - written <= HEARTBEATS * (heartbeat or DEFAULT_HEARTBEAT):
+        return "running"
+    return "silent"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _date(seconds: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds)) if seconds is not None else "-"
+
+
+def _ago(seconds: float) -> str:
+    return _duration(max(0.0, seconds))
+
+
+def _duration(seconds: float) -> str:
+    """`42.0s`, `12m 05s`, `3h 02m`, `2d 04h`."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
