@@ -8,7 +8,7 @@ family (replay buffer, worker/learner loop, checkpoint layout) is `offpolicy.Off
 One update, on a batch from the replay buffer:
     a'     = mu_target(s') [+ clip(N(0, target_noise), -target_noise_clip, target_noise_clip)]
     y      = r + gamma * (1 - terminated) * combine_E Q_target_i(s', a')   (target_combine)
-    critic: sum_i 0.5 * E[(Q_i(s, a) - y)^2]
+    critic: sum_i 0.5 * E[(Q_i(s, a) - y)^2]   (prioritised replay: E[w * ...], priorities mean_i |Q_i - y|)
     every policy_delay updates:
         actor: -E[combine_E Q_i(s, mu(s))]   (actor_combine)
         targets <- Polyak(tau)
@@ -30,7 +30,7 @@ from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, co
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
 from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, gaussian_explore,
                                             smoothed_target_action, td_target, uniform_action, validate_ensemble,
-                                            validate_offpolicy)
+                                            validate_offpolicy, weighted_mean)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +135,8 @@ class DDPGAgent(OffPolicyAgent):
         cfg = self.config
         target = self.target(batch)
         q = self.critic(batch["obs"], batch["action"])  # [E, B]
-        critic_loss = 0.5 * (q - target).pow(2).mean(dim=1).sum()
+        weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
+        critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
         regress(self.critic_optim, critic_loss)
         self.updates += 1
         if self.updates % cfg.policy_delay == 0:
@@ -146,7 +147,10 @@ class DDPGAgent(OffPolicyAgent):
             soft_update(self.actor_target, self.actor, cfg.tau)
             soft_update(self.critic_target, self.critic, cfg.tau)
             self._last_actor_loss = actor_loss.detach()
-        return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_mean": q.detach().mean()}
+        losses = {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_mean": q.detach().mean()}
+        if weight is not None:
+            losses["td_error"] = (q - target).detach().abs().mean(0)  # mean over heads: the rows' priorities
+        return losses
 
     def own_state(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,8 @@ One update, on a batch from the replay buffer:
     a*  = argmax_a Q(s', a)         if double, else argmax_a Q_target(s', a)
     y   = r + gamma * (1 - terminated) * Q_target(s', a*)
     loss = Huber(Q(s, a) - y); targets <- Polyak(tau) (tau = 1 with target_update_interval: a hard copy)
+    (prioritised replay: the mean of the Huber terms times the batch's importance weights, and the drawn
+    rows' priorities become |Q(s, a) - y|)
 Dueling: Q(s, a) = V(s) + A(s, a) - mean_a A(s, a), from one shared body.
 """
 
@@ -179,12 +181,19 @@ class DQNAgent(OffPolicyAgent):
             target = q_learning_target(batch["reward"], batch["terminated"], self.q_target(batch["next_obs"]),
                                        next_q_online, cfg.gamma)
         q = self.q_net(batch["obs"]).gather(-1, action).squeeze(-1)
-        loss = F.smooth_l1_loss(q, target)
+        weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
+        if weight is None:
+            loss = F.smooth_l1_loss(q, target)
+        else:
+            loss = (weight * F.smooth_l1_loss(q, target, reduction="none")).mean()
         regress(self.optimizer, loss, cfg.max_grad_norm, list(self.q_net.parameters()))
         self.updates += 1
         if self.updates % cfg.target_update_interval == 0:
             soft_update(self.q_target, self.q_net, cfg.tau)
-        return {"loss": loss.detach(), "q_mean": q.detach().mean()}
+        losses = {"loss": loss.detach(), "q_mean": q.detach().mean()}
+        if weight is not None:
+            losses["td_error"] = (q - target).detach()
+        return losses
 
     def own_state(self) -> dict[str, Any]:
         return {

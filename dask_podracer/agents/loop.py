@@ -35,7 +35,7 @@ from dask_podracer.envs import VecEnv
 class OffPolicyLearner(Protocol):
     """What a loop needs of an agent (`offpolicy.OffPolicyAgent` and its subclasses)."""
 
-    config: Any  # num_envs, steps_per_iteration, utd_ratio, batch_size, learning_starts, max_policy_lag
+    config: Any  # num_envs, steps_per_iteration, utd_ratio, batch_size, learning_starts, max_policy_lag, prioritized
     replay: ReplayBuffer
     obs_norm: ObservationNormalizer
     reward_norm: RewardNormalizer
@@ -51,7 +51,8 @@ class OffPolicyLearner(Protocol):
         ...
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step on a sampled (normalised) batch; returns detached scalar tensors."""
+        """One gradient step on a sampled (normalised) batch; returns detached scalar tensors and, when the batch
+        has importance weights (`weight`, prioritised replay), the drawn rows' TD errors `td_error` `[B]`."""
         ...
 
 
@@ -119,9 +120,22 @@ def store_transition(agent: OffPolicyLearner, transition: tuple) -> None:
 
 
 def sample_batch(agent: OffPolicyLearner) -> dict[str, Tensor]:
-    """A batch for one update, observations and rewards normalised with the statistics so far."""
-    batch = agent.replay.sample(agent.config.batch_size)
+    """A batch for one update, observations and rewards normalised with the statistics so far. With prioritised
+    replay it is drawn by priority and has `index` and `weight` (at the beta of the updates made so far)."""
+    cfg = agent.config
+    if cfg.prioritized:
+        batch = agent.replay.sample(cfg.batch_size, updates=agent.updates)
+    else:
+        batch = agent.replay.sample(cfg.batch_size)
     return agent.reward_norm.normalize_batch(agent.obs_norm.normalize_batch(batch))
+
+
+def update_priorities(agent: OffPolicyLearner, batch: dict[str, Tensor], losses: dict[str, Tensor]) -> None:
+    """Prioritised replay, after an update: the drawn rows' priorities become |TD error| + epsilon. Takes
+    `td_error` out of `losses` (what is left are the scalar metrics); nothing without it."""
+    td_error = losses.pop("td_error", None)
+    if td_error is not None:
+        agent.replay.update_priorities(batch["index"], td_error)
 
 
 def ready_to_learn(agent: OffPolicyLearner) -> bool:
@@ -157,7 +171,9 @@ class SequentialLoop:
         if owed:
             started = stats.clock()
             for _ in range(owed):
-                losses = agent.update(sample_batch(agent))
+                batch = sample_batch(agent)
+                losses = agent.update(batch)
+                update_priorities(agent, batch, losses)
             metrics = {k: float(v) for k, v in losses.items()}  # one host sync per iteration, not per update
             stats.busy_seconds += stats.clock() - started
             metrics["learner_busy_fraction"] = stats.busy_fraction()

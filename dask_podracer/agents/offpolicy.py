@@ -5,7 +5,8 @@
   `config.pipeline`), and the checkpoint layout around each algorithm's own networks.
 - `OffPolicyConfig` and `OffPolicyOptions`: the hyper-parameters every off-policy config has,
   with their defaults and docstrings written once, and their checks (`validate_offpolicy`).
-- Pure functions of tensors: TD targets, exploration noise, TD3's target smoothing.
+- Pure functions of tensors: TD targets, importance-weighted means (prioritised replay), exploration noise,
+  TD3's target smoothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dask_podracer.agents.ensemble import COMBINE_MODES
 from dask_podracer.agents.loop import SequentialLoop
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.pipeline import PipelinedLoop
+from dask_podracer.agents.prioritized_replay import PrioritizedReplayBuffer
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
 
@@ -60,7 +62,8 @@ class OffPolicyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OffPolicyOptions:
-    """The fields an off-policy config ends with: normalisation, what a checkpoint keeps, pipeline mode."""
+    """The fields an off-policy config ends with: normalisation, what a checkpoint keeps, pipeline mode,
+    prioritised replay."""
 
     normalize_observations: bool = False
     """Feed the networks observations normalised by a running mean and variance of those collected (kept by the
@@ -74,6 +77,18 @@ class OffPolicyOptions:
     """Run the worker (acting with a snapshot of the actor) ahead of the learner, a thread of its own."""
     max_policy_lag: int = 64
     """Pipeline mode: how stale the acting snapshot may be, in updates owed for the data so far that it lacks."""
+    prioritized: bool = False
+    """Prioritised replay (Schaul et al. 2016): draw transitions in proportion to priority^alpha, importance-weight
+    the critic's (or Q-network's) loss and set the drawn rows' priorities to |TD error| (docs/algorithms.md)."""
+    priority_alpha: float = 0.6
+    """Prioritised replay: how strongly priorities skew the draw (0: uniform, 1: in proportion to |TD error|)."""
+    priority_beta_start: float = 0.4
+    """Prioritised replay: exponent of the importance weights at the first update (1: the draw's bias fully
+    corrected)."""
+    priority_beta_updates: int = 100_000
+    """Prioritised replay: learner updates over which the weights' exponent grows linearly to 1."""
+    priority_epsilon: float = 1e-6
+    """Prioritised replay: added to |TD error|, so no transition's priority is 0."""
 
 
 def check(config: Any, field: str, ok: bool, allowed: str) -> None:
@@ -100,6 +115,10 @@ def validate_offpolicy(cfg: Any) -> None:
     check(cfg, "tau", 0 < cfg.tau <= 1, "in (0, 1]")
     check(cfg, "hidden", len(cfg.hidden) >= 1 and min(cfg.hidden) >= 1, "a non-empty list of positive widths")
     check(cfg, "max_policy_lag", cfg.max_policy_lag >= 1, ">= 1")
+    check(cfg, "priority_alpha", cfg.priority_alpha >= 0, ">= 0")
+    check(cfg, "priority_beta_start", 0 <= cfg.priority_beta_start <= 1, "in [0, 1]")
+    check(cfg, "priority_beta_updates", cfg.priority_beta_updates >= 1, ">= 1")
+    check(cfg, "priority_epsilon", cfg.priority_epsilon > 0, "> 0")
 
 
 def validate_ensemble(cfg: Any) -> None:
@@ -136,6 +155,21 @@ def uniform_action(low: Tensor, high: Tensor, n: int) -> Tensor:
     return low + (high - low) * torch.rand(n, low.shape[0], device=low.device)
 
 
+def make_replay(config: Any, obs_dim: int, act_dim: int, device: torch.device) -> ReplayBuffer:
+    """The agent's replay buffer: uniform, or prioritised with `config.prioritized`."""
+    if not config.prioritized:
+        return ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
+    return PrioritizedReplayBuffer(config.buffer_size, obs_dim, act_dim, device, config.priority_alpha,
+                                   config.priority_beta_start, config.priority_beta_updates,
+                                   config.priority_epsilon)
+
+
+def weighted_mean(x: Tensor, weight: Tensor | None, dim: int = -1) -> Tensor:
+    """The mean of `x` over `dim` (the batch's), each sample times its importance weight `[B]` if one is given
+    (prioritised replay). Without weights, exactly `x.mean(dim)`."""
+    return x.mean(dim) if weight is None else (x * weight).mean(dim)
+
+
 # -- the agent base ------------------------------------------------------------------------
 
 class OffPolicyAgent:
@@ -153,7 +187,7 @@ class OffPolicyAgent:
     def __init__(self, config: Any, device: torch.device, obs_dim: int, act_dim: int) -> None:
         self.config = config
         self.device = device
-        self.replay = ReplayBuffer(config.buffer_size, obs_dim, act_dim, device)
+        self.replay = make_replay(config, obs_dim, act_dim, device)
         self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
         self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.env_steps = 0

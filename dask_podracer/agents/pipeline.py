@@ -29,7 +29,9 @@ segment's last iteration, and first thing in `load_state_dict`) does the same an
 the learner thread; a later `train_iteration` starts a new one, with a fresh snapshot.
 
 Locks: `replay_lock` orders the worker's `replay.add` and the learner's `replay.sample` (a
-full ring overwrites rows the learner may be reading); `params_lock` is held by the learner
+full ring overwrites rows the learner may be reading) and, with prioritised replay, its
+`update_priorities` after each update (both write the sum tree; a row overwritten between
+the sample and the update takes the old row's TD error, as in Ape-X); `params_lock` is held by the learner
 for a whole update and by the worker while it copies the snapshot, so a snapshot never
 mixes two updates; `counters_lock` guards the counters both threads wait on (the learner on
 `work`, for updates owed; the worker on `progress`, woken only when the count it waits for is
@@ -62,7 +64,7 @@ from torch import Tensor
 
 from dask_podracer.agents.base import Metrics
 from dask_podracer.agents.loop import (LoopStats, OffPolicyLearner, SequentialLoop, env_step, sample_batch,
-                                       store_transition)
+                                       store_transition, update_priorities)
 from dask_podracer.envs import VecEnv
 
 
@@ -203,6 +205,13 @@ class Pipeline:
             losses = agent.update(batch)
             if self.stream is not None:
                 self.updated.record(self.stream)
+        if "td_error" in losses:  # prioritised replay: the tree is the worker's too (its adds write leaves)
+            with self.replay_lock:
+                if self.stream is not None:
+                    self.stream.wait_event(self.added)  # adds made since this batch was sampled
+                update_priorities(agent, batch, losses)
+                if self.stream is not None:
+                    self.sampled.record(self.stream)  # the next add waits for this write, as for a gather
         return losses
 
 

@@ -5,7 +5,8 @@ the worker steps every env `steps_per_iteration` times with the current stochast
 appending to an on-device replay buffer; the learner then does `utd_ratio` gradient updates
 per env step collected. TD targets combine the target critics by `target_combine` (min:
 clipped double Q; redq: the min over a random subset), the actor follows their
-`actor_combine` (mean).
+`actor_combine` (mean). With prioritised replay (`prioritized`) the critics' loss is importance-weighted
+and the drawn rows' priorities become the mean over heads of |Q_i(s, a) - y|; the actor's loss is not weighted.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dask_podracer.agents.base import AlgorithmInfo, adam, register_algorithm, r
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
 from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, td_target,
-                                            uniform_action, validate_ensemble, validate_offpolicy)
+                                            uniform_action, validate_ensemble, validate_offpolicy, weighted_mean)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +116,8 @@ class SACAgent(OffPolicyAgent):
             target_q = self._combine(self.critic_target(batch["next_obs"], next_action), cfg.target_combine)
             target = td_target(batch["reward"], batch["terminated"], target_q - alpha * next_log_prob, cfg.gamma)
         q = self.critic(batch["obs"], batch["action"])  # [E, B]
-        critic_loss = 0.5 * (q - target).pow(2).mean(dim=1).sum()
+        weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
+        critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
         regress(self.critic_optim, critic_loss)
 
         action, log_prob = self.actor(batch["obs"])
@@ -130,13 +132,16 @@ class SACAgent(OffPolicyAgent):
 
         soft_update(self.critic_target, self.critic, cfg.tau)
         self.updates += 1
-        return {
+        losses = {
             "critic_loss": critic_loss.detach(),
             "actor_loss": actor_loss.detach(),
             "alpha": alpha,
             "entropy": -log_prob.detach().mean(),
             "q_mean": q.detach().mean(),
         }
+        if weight is not None:
+            losses["td_error"] = (q - target).detach().abs().mean(0)  # mean over heads: the rows' priorities
+        return losses
 
     def own_state(self) -> dict[str, Any]:
         return {

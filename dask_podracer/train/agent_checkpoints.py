@@ -121,9 +121,21 @@ def _complete_replay(store: PodracerStore, attrs: dict, state: dict, device: str
         return 0
     older, lost = read_shared_replay(store, base["key"], int(base["rows"]))
     if older:
-        state[REPLAY] = {name: torch.cat([torch.from_numpy(older[name]).to(device=device, dtype=rows.dtype), rows])
+        count = len(next(iter(older.values())))
+        state[REPLAY] = {name: torch.cat([_column(older, name, count, rows), rows])
                          for name, rows in state[REPLAY].items()}
     return lost
+
+
+OPTIONAL_REPLAY_COLUMNS = {"priority": 1.0}
+"""Replay columns a buffer may lack (a prioritised buffer's priorities), and the value rows saved without them
+take: a shared lineage may switch `prioritized` on or off between segments."""
+
+
+def _column(older: dict[str, np.ndarray], name: str, count: int, like: torch.Tensor) -> torch.Tensor:
+    if name in older:
+        return torch.from_numpy(older[name]).to(device=like.device, dtype=like.dtype)
+    return torch.full((count, *like.shape[1:]), OPTIONAL_REPLAY_COLUMNS[name], dtype=like.dtype, device=like.device)
 
 
 def read_shared_replay(store: PodracerStore, key: str, rows: int) -> tuple[dict[str, np.ndarray], int]:
@@ -146,8 +158,13 @@ def read_shared_replay(store: PodracerStore, key: str, rows: int) -> tuple[dict[
         key = base["key"] if base and rows > 0 else None
     if not pieces:
         return {}, rows
-    names = pieces[0].keys()
-    return {name: np.concatenate([piece[name] for piece in reversed(pieces)]) for name in names}, rows
+    for piece in pieces:  # an ancestor saved before `prioritized` was switched on: its rows take the default
+        count = len(next(iter(piece.values())))
+        for name, value in OPTIONAL_REPLAY_COLUMNS.items():
+            if name not in piece and any(name in other for other in pieces):
+                piece[name] = np.full(count, value, dtype=next(o[name] for o in pieces if name in o).dtype)
+    names = set.intersection(*(set(piece) for piece in pieces))  # and a column only some pieces have, dropped
+    return {name: np.concatenate([piece[name] for piece in reversed(pieces)]) for name in sorted(names)}, rows
 
 
 def replay_sources(store: PodracerStore, key: str,
