@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dask_podracer.store.records import HistoryRecord
 
 
-def family_tree(history: Sequence[Mapping[str, Any]], key: str, stored: Collection[str] | None = None) -> str:
+def family_tree(history: Sequence[HistoryRecord], key: str, stored: Collection[str] | None = None) -> str:
     """`key`'s ancestors down from the root, then every descendant of `key`, one line each.
 
     A line shows the segment's key, generation, score, whether it adopted another

@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 
 HEARTBEATS = 3
 """A state not finished, not stopped, and written within this many heartbeats is a run going now."""
@@ -59,7 +62,7 @@ class StoreStatus:
         return {**dataclasses.asdict(self), "budget_left": self.budget_left}
 
 
-def store_status(state: Mapping[str, Any], board: Sequence[Mapping[str, Any]], history: Sequence[Mapping[str, Any]],
+def store_status(state: Mapping[str, Any], board: Sequence[LeaderboardEntry], history: Sequence[HistoryRecord],
                  store: str = "", now: float | None = None) -> StoreStatus:
     """The status of a store whose tables are `state`, `board` and `history`, as seen at `now`."""
     now = time.time() if now is None else now

@@ -30,6 +30,7 @@ from tornado import web
 from dask_podracer.dashboard.page import render_page
 from dask_podracer.dashboard.snapshot import Running, Snapshot
 from dask_podracer.population.task_keys import segment_key
+from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 
 ROUTE = "/individual-podracer"
 PLAIN_ROUTE = "/podracer.html"
@@ -39,8 +40,8 @@ CACHE_SECONDS = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class _Tables:
-    board: list[dict[str, Any]]
-    history: list[dict[str, Any]]
+    board: list[LeaderboardEntry]
+    history: list[HistoryRecord]
     agents: dict[str, dict[str, Any]]
     """Segment key -> the state of the agent it trains, from the run's state."""
     error: str | None = None
