@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                                                   "does while a run goes. Needs the tensorboard extra.")
     tensorboard.add_argument("store", metavar="STORE", help="Zarr store path or URL")
     tensorboard.add_argument("--out", required=True, metavar="DIR", help="TensorBoard log directory")
-    tensorboard.add_argument("--name", metavar="RUN", help="run name (default: the store's name, without .zarr)")
+    tensorboard.add_argument("--name", metavar="RUN", help="run name (default: the run.name the store records, "
+                             "else the store's name without .zarr)")
     tensorboard.set_defaults(func=_tensorboard)
 
     lineage = commands.add_parser("lineage", help="print a checkpoint's family tree",
