@@ -349,6 +349,7 @@ def _pin(args: argparse.Namespace) -> int:
 def _check_env(args: argparse.Namespace) -> int:
     from dask_podracer.config import ConfigError, load_config
     from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
+    from dask_podracer.envs.multi_agent import check_multi_agent_env, is_multi_agent
 
     name, kwargs = args.env, {}
     try:
@@ -365,14 +366,18 @@ def _check_env(args: argparse.Namespace) -> int:
     except (ValueError, ImportError, TypeError, RuntimeError) as e:
         raise UserError(str(e) if repr(name) in str(e) else f"cannot build env {name!r}: {e}") from None
     limit = args.max_steps or min(env.max_episode_steps + 1, CHECK_STEPS)
+    team = is_multi_agent(env)
+    contract = "multi-agent VecEnv contract" if team else "VecEnv contract"
     try:
-        report = check_vec_env(env, seed=args.seed, max_steps=limit)
+        check = check_multi_agent_env if team else check_vec_env
+        report = check(env, seed=args.seed, max_steps=limit)
     except VecEnvCheckError as e:
-        print(f"podracer: check-env: {name} breaks the VecEnv contract: {e}", file=sys.stderr)
+        print(f"podracer: check-env: {name} breaks the {contract}: {e}", file=sys.stderr)
         return 1
     finally:
         env.close()
-    print(f"{name}: keeps the VecEnv contract ({env.num_envs} envs on {env.device}, {report.steps:,} steps, "
+    agents = f", {env.n_agents} agents" if team else ""
+    print(f"{name}: keeps the {contract} ({env.num_envs} envs on {env.device}{agents}, {report.steps:,} steps, "
           f"{report.terminations:,} terminations, {report.truncations:,} truncations)")
     print(f"  observation {env.single_observation_space}, action {env.single_action_space}, "
           f"max_episode_steps {env.max_episode_steps}")

@@ -32,6 +32,12 @@ CASES = {
     "d3qn": ("CartPole", DQN, 128),
     "ppo": ("Pendulum", {"num_envs": 4, "rollout_steps": 8, "hidden": (16,), "epochs": 2, "num_minibatches": 2}, 64),
     "a2c": ("CartPole", {"num_envs": 4, "rollout_steps": 5, "hidden": (16,)}, 40),
+    "mappo": ("vmas:navigation", {"num_envs": 2, "rollout_steps": 8, "hidden": (16,), "epochs": 2,
+                                  "num_minibatches": 2}, 32),
+    "ippo": ("vmas:navigation", {"num_envs": 2, "rollout_steps": 8, "hidden": (16,), "epochs": 2,
+                                 "num_minibatches": 2, "share_parameters": False}, 32),
+    "maddpg": ("vmas:navigation", {"num_envs": 2, "hidden": (16,), "learning_starts": 16, "batch_size": 8,
+                                   "buffer_size": 100, "utd_ratio": 0.5}, 32),
 }
 
 

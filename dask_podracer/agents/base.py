@@ -66,6 +66,9 @@ class AlgorithmInfo:
     """Hyper-parameters a child may change and still load its parent's checkpoint (a generator perturbs them)."""
     choices: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     """The options of the categorical (non-numeric) tunable ones."""
+    multi_agent: bool = False
+    """Whether its agents are teams acting in a multi-agent VecEnv (envs/multi_agent/base.py); a config pairing a
+    single-agent algorithm with a multi-agent env, or the reverse, is refused."""
 
 
 _ALGORITHMS: dict[str, AlgorithmInfo] = {}

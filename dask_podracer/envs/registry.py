@@ -27,6 +27,8 @@ from dask_podracer.envs.cartpole import CartPoleVecEnv
 from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
 from dask_podracer.envs.gym_adapter import is_gym_env_class, make_gym_env_class_vec_env, make_gym_vec_env
 from dask_podracer.envs.mountain_car import MountainCarContinuousVecEnv, MountainCarVecEnv
+from dask_podracer.envs.multi_agent.pettingzoo_adapter import MPE2_ENVS, mpe2_factory
+from dask_podracer.envs.multi_agent.vmas_adapter import VMAS_SCENARIOS, vmas_factory
 from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
 from dask_podracer.envs.warp_ant import make_warp_ant
@@ -176,3 +178,7 @@ register_env("MountainCar-v0", MountainCarVecEnv, "MountainCar")
 register_env("MountainCarContinuous-v0", MountainCarContinuousVecEnv, "MountainCarContinuous")
 register_env("PointChase-v0", PointChaseVecEnv, "PointChase")
 register_env("WarpAnt-v0", make_warp_ant, "WarpAnt")  # needs the `warp` extra; imports mujoco_warp when built
+for _scenario in VMAS_SCENARIOS:  # docs/multi_agent.md; needs the `multiagent` extra; imports vmas when built
+    register_env(f"vmas:{_scenario}", vmas_factory(_scenario))
+for _name in MPE2_ENVS:  # PettingZoo's parallel API; needs the `pettingzoo` extra; imports mpe2 when built
+    register_env(f"mpe2:{_name}", mpe2_factory(_name))

@@ -17,6 +17,7 @@ from distributed import Client
 from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.config import Config, ConfigError
 from dask_podracer.envs import make_vec_env
+from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import same_env
 from dask_podracer.population.cluster import ClusterError, Slots
 from dask_podracer.store import PodracerStore, StoreError
@@ -29,7 +30,17 @@ def check_constructs(config: Config) -> None:
     if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
         _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs")
     for group in config.groups:
+        _check_agent_count(group.name, group.algorithm, run.env, env)
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+def _check_agent_count(group: str, algorithm: str, env_name: str, env) -> None:
+    """A single-agent algorithm on a multi-agent env, or the reverse, is refused in one line naming both."""
+    team, multi = algorithm_info(algorithm).multi_agent, is_multi_agent(env)
+    if team != multi:
+        kind = {True: "multi-agent", False: "single-agent"}
+        raise ConfigError(f"group {group!r}: algorithm {algorithm!r} is {kind[team]} but env {env_name!r} is "
+                          f"{kind[multi]}; pair a {kind[multi]} algorithm with it (see docs/multi_agent.md)")
 
 
 def _built(env: str, kwargs: dict, field: str):
@@ -77,7 +88,7 @@ def check_store_fits(config: Config) -> None:
         _check_entry_loads(config, entry, url, again)
 
 
-NETWORK_SHAPING = ("hidden", "normalize_observations", "dueling")
+NETWORK_SHAPING = ("hidden", "normalize_observations", "dueling", "share_parameters", "centralised_critic")
 """Hyper-parameters a checkpoint's networks are built by (their sizes, what they take as input): an agent
 with other values cannot load it."""
 

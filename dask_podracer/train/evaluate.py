@@ -15,13 +15,17 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> float:
 
 @torch.no_grad()
 def episode_returns(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
-    """The return of the first episode of every env in `env` (float64 `[num_envs]`), acting deterministically."""
+    """The return of the first episode of every env in `env` (float64 `[num_envs]`), acting deterministically.
+
+    A multi-agent env's rewards `[num_envs, n_agents]` score the team: the mean over agents of each agent's
+    return, as its `info["episode_return"]` (envs/multi_agent/base.py)."""
     obs, _ = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
     running = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_steps):
         obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
-        returns += reward.double() * running
+        team = reward.flatten(1).mean(1) if reward.dim() > 1 else reward
+        returns += team.double() * running
         running &= ~(terminated | truncated)
         if not bool(running.any()):
             break

@@ -1,0 +1,132 @@
+"""VMAS (Vectorized Multi-Agent Simulator, `pip install dask_podracer[multiagent]`) scenarios as multi-agent
+VecEnvs, registered as "vmas:<scenario>" (e.g. "vmas:navigation").
+
+VMAS steps a batch of worlds as torch code on any device, which is what our VecEnv is; this adapter stacks
+its per-agent lists into `[B, n_agents, ...]` tensors, keeps the time limit itself (`max_episode_steps`,
+default 100 as in BenchMARL's VMAS tasks) and resets finished worlds in the step that ends them, handing
+the observation the step led to as `info["final_obs"]`. Actions are continuous and clamped to each agent's
+range. Every other env_kwarg goes to the scenario (`n_agents`, `shared_rew`, ...).
+
+Seeding: VMAS draws from a random state of its own, shared by all VMAS envs of a process and kept apart
+from torch's global one; `reset(seed=s)` seeds it, so a seeded env repeats itself when nothing else draws
+from VMAS in between.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from dask_podracer.envs.base import StepResult, canonical_device
+from dask_podracer.envs.multi_agent.base import joint_box
+
+PREFIX = "vmas:"
+
+VMAS_SCENARIOS = (
+    "navigation", "balance", "transport", "sampling", "wheel", "dispersion", "flocking", "discovery",
+    "give_way", "passage", "reverse_transport", "joint_passage", "ball_passage", "ball_trajectory",
+    "buzz_wire", "dropout", "multi_give_way", "wind_flocking",
+    # VMAS's ports of the multi-agent particle envs; simple_tag, simple_adversary and simple_push are competitive
+    "simple", "simple_spread", "simple_tag", "simple_adversary", "simple_push", "simple_reference",
+    "simple_speaker_listener", "simple_crypto", "simple_world_comm",
+)
+"""The scenarios registered (tested against the checker: navigation, balance, transport, sampling, simple_tag)."""
+
+DEFAULT_MAX_EPISODE_STEPS = 100
+
+
+def _gymnasium_box(space: Any) -> gym.spaces.Box:
+    """A gymnasium Box from VMAS's gym (0.26) Box."""
+    return gym.spaces.Box(np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), dtype=np.float32)
+
+
+class VmasVecEnv:
+    """`num_envs` worlds of one VMAS scenario as a multi-agent VecEnv (see envs/multi_agent/base.py)."""
+
+    def __init__(self, scenario: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+                 max_episode_steps: int = DEFAULT_MAX_EPISODE_STEPS, **scenario_kwargs: Any) -> None:
+        try:
+            import vmas
+        except ImportError as e:
+            raise ImportError(f"env 'vmas:{scenario}' needs VMAS: pip install 'dask_podracer[multiagent]' ({e})") from e
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if int(max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.scenario = scenario
+        self.num_envs = int(num_envs)
+        self.device = canonical_device(device)
+        self.max_episode_steps = int(max_episode_steps)
+        self._env = vmas.make_env(scenario, num_envs=self.num_envs, device=self.device, continuous_actions=True,
+                                  max_steps=None, seed=seed, clamp_actions=True, **scenario_kwargs)
+        self.n_agents = int(self._env.n_agents)
+        self.agent_observation_spaces = tuple(_gymnasium_box(s) for s in self._env.observation_space)
+        self.agent_action_spaces = tuple(_gymnasium_box(s) for s in self._env.action_space)
+        for name, spaces in (("observation", self.agent_observation_spaces), ("action", self.agent_action_spaces)):
+            if any(len(s.shape) != 1 for s in spaces):
+                raise ValueError(f"vmas:{scenario}: only 1-D {name} spaces are supported, got {spaces}")
+        self.single_observation_space = joint_box(self.agent_observation_spaces, 0.0, 0.0)
+        self.single_action_space = joint_box(self.agent_action_spaces, -1.0, 1.0)
+        self._obs_dims = [s.shape[0] for s in self.agent_observation_spaces]
+        self._act_dims = [s.shape[0] for s in self.agent_action_spaces]
+        self._needs_reset = True
+        self.elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self.agent_return = torch.zeros(self.num_envs, self.n_agents, device=self.device)
+
+    def _stack(self, per_agent: list[Tensor]) -> Tensor:
+        """VMAS's list of `[B, dim_i]` observations as one zero-padded `[B, n_agents, obs_dim]` float32 tensor."""
+        out = torch.zeros(self.num_envs, self.n_agents, self.single_observation_space.shape[1], device=self.device)
+        for i, o in enumerate(per_agent):
+            out[:, i, : o.shape[-1]] = o
+        return out
+
+    def reset(self, *, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
+        obs = self._env.reset(seed=seed)
+        self.elapsed = torch.zeros_like(self.elapsed)
+        self.agent_return = torch.zeros_like(self.agent_return)
+        self._needs_reset = False
+        return self._stack(obs), {}
+
+    def step(self, actions: Tensor) -> StepResult:
+        if self._needs_reset:
+            raise RuntimeError("VmasVecEnv.step() called before reset()")
+        actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32)
+        obs, rewards, terminated, _ = self._env.step([actions[:, i, :d] for i, d in enumerate(self._act_dims)])
+        final_obs = self._stack(obs)
+        reward = torch.stack(rewards, dim=1).to(torch.float32)
+        terminated = terminated.to(torch.bool)
+        self.elapsed = self.elapsed + 1
+        self.agent_return = self.agent_return + reward
+        truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        info: dict[str, Any] = {
+            "final_obs": final_obs,
+            "episode_return": self.agent_return.mean(1),
+            "agent_episode_return": self.agent_return,
+            "episode_length": self.elapsed,
+        }
+        ended = done.nonzero().flatten().tolist()  # one host sync a step: VMAS resets a world at a time
+        if not ended:
+            return final_obs.clone(), reward, terminated, truncated, info
+        for index in ended:
+            self._env.reset_at(index, return_observations=False)
+        obs = self._stack(self._env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False,
+                                                      get_dones=False)[0])
+        self.elapsed = self.elapsed.masked_fill(done, 0)
+        self.agent_return = self.agent_return.masked_fill(done.unsqueeze(1), 0.0)
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Nothing to release: VMAS's state is plain tensors."""
+
+
+def vmas_factory(scenario: str):
+    """The env factory registered as "vmas:<scenario>": `factory(num_envs=, device=, seed=, **env_kwargs)`."""
+    def build(num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, **kwargs: Any) -> VmasVecEnv:
+        return VmasVecEnv(scenario, num_envs, device=device, seed=seed, **kwargs)
+    build.__name__ = build.__qualname__ = f"vmas_{scenario}"
+    return build
