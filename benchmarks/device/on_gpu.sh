@@ -9,6 +9,12 @@
 #   benchmarks/device/on_gpu.sh train     # the shipped Pendulum tournament with its segments on CUDA
 #   benchmarks/device/on_gpu.sh iteration # one SAC iteration of that tournament on CUDA and on the CPU:
 #                                         # ms, torch ops, torch.profiler's top ops
+#   benchmarks/device/on_gpu.sh captured  # captured learner updates (issue 23): the CUDA tests of
+#                                         # tests/test_captured_updates.py, then benchmarks/captured_updates.py
+#                                         # --device cuda (ms per update and per iteration, eager vs one CUDA
+#                                         # graph; SAC's row is the shipped Pendulum config's iteration)
+#   benchmarks/device/on_gpu.sh train-captured  # the shipped Pendulum tournament on CUDA with
+#                                         # `compile = "auto"` (captured updates), 3-minute budget
 #   benchmarks/device/on_gpu.sh suite [PATHS]  # the test suite (or PATHS), as a user with a GPU would run it;
 #                                         # whole, it took over 15 minutes on an H100 machine: split it
 #                                         # across calls (docs/developing.md, "GPU figures")
@@ -19,7 +25,7 @@
 # brings it back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|suite}"
+step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|suite}"
 out="${OUT:-/tmp/podracer-out}"
 device="${PODRACER_DEVICE:-cuda}"  # cpu only to rehearse this script on a machine without one
 build=.device/build
@@ -93,12 +99,38 @@ iteration)
         python3 benchmarks/iteration_cost.py --device "$dev" --profile "${@:2}"
     done 2>&1 | tee "$out/iteration.txt"
     ;;
+captured)
+    install
+    {
+        python3 -m pytest -q -rs -p no:cacheprovider tests/test_captured_updates.py -k "cuda or setting or checkpoint" \
+            || echo "on_gpu.sh: captured-update tests failed (exit $?)"
+        python3 benchmarks/captured_updates.py --device "$device" "${@:2}"
+    } 2>&1 | tee "$out/captured.txt"
+    grep "^{" "$out/captured.txt" | tail -n 1 >"$out/captured.json"
+    python3 - "$out/captured.json" <<'PY' | tee "$out/captured_summary.txt"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['device']}: ms per update and per iteration, eager -> captured (issue 23 asks SAC's iteration <= 3 ms, "
+      "every update >= 3x)")
+for name, row in r["results"].items():
+    e, c = row["eager"], row["captured"]
+    print(f"  {name:5s} update {e['ms_per_update']:8.3f} -> {c['ms_per_update']:7.3f} ms ({row['update_speedup']}x)"
+          f"   iteration {e['ms_per_iteration']:8.3f} -> {c['ms_per_iteration']:7.3f} ms ({row['iteration_speedup']}x)")
+PY
+    ;;
+train-captured)
+    install
+    sed 's/^\[hparams\].*/&\ncompile = "auto"/' workflows/configs/pendulum.toml >"$build/pendulum_captured.toml"
+    grep -q '^compile = "auto"' "$build/pendulum_captured.toml"
+    python3 -m dask_podracer.cli train "$build/pendulum_captured.toml" --store "$build/pendulum_captured.zarr" \
+        --budget 3m --json "$out/train_captured.json" --quiet 2>&1 | tee "$out/train_captured.txt"
+    ;;
 suite)
     install
     python3 -m pytest -q -rs -p no:cacheprovider --durations=20 "${@:2}" 2>&1 | tee "$out/suite.txt"
     ;;
 *)
-    echo "unknown step '$step': collect, envs, tests, train, iteration or suite" >&2
+    echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured or suite" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,7 @@ import dataclasses
 from typing import ClassVar
 
 from dask_podracer.agents.base import AlgorithmInfo, register_algorithm
+from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.ppo import PPOAgent
 
 
@@ -52,6 +53,9 @@ class A2CConfig:
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
     """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
+    compile: str = "off"
+    """captured minibatch update (agents/captured.py): "on" replays each one as one CUDA graph (torch.compile on a
+    CPU), "auto" captures on CUDA only, "off" runs it eagerly (the reference)"""
 
     # What PPO's learner reads, fixed to A2C's values: one pass, one minibatch, no clipping.
     epochs: ClassVar[int] = 1
@@ -73,6 +77,7 @@ class A2CConfig:
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
+            ("compile", self.compile in COMPILE_MODES, f"one of {COMPILE_MODES}"),
         ]
         for name, ok, allowed in checks:
             if not ok:

@@ -19,16 +19,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents import captured
+from dask_podracer.agents.base import AlgorithmInfo, register_algorithm, regress
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
-from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, gaussian_explore,
+from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
+                                            gaussian_explore,
                                             smoothed_target_action, td_target, uniform_action, validate_ensemble,
                                             validate_offpolicy, weighted_mean)
 
@@ -97,10 +100,14 @@ class DDPGAgent(OffPolicyAgent):
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = CriticEnsemble(obs_dim, act_dim, config.hidden, config.num_critics).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optim = adam(self.actor.parameters(), config.actor_lr)
-        self.critic_optim = adam(self.critic.parameters(), config.critic_lr)
+        make_adam = captured.optimizer_maker(config.compile, device)
+        self.actor_optim = make_adam(self.actor.parameters(), config.actor_lr)
+        self.critic_optim = make_adam(self.critic.parameters(), config.critic_lr)
         self.behaviour = self.actor
         self._last_actor_loss = torch.zeros((), device=device)
+        self._captured: dict[bool, captured.CapturedUpdate] | None = None
+        if captured.use_capture(config.compile, device):
+            self._bind_update(obs_dim, act_dim)
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -112,45 +119,57 @@ class DDPGAgent(OffPolicyAgent):
         return uniform_action(self.low, self.high, n)
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
+        if self._captured is not None and behaviour is self.actor and obs.shape[0] == self.config.num_envs:
+            return self._captured_explore({"obs": obs})["action"]  # the sequential loop's worker, captured
         return gaussian_explore(behaviour(obs.to(self.device, torch.float32)), self.config.exploration_noise,
                                 self.low, self.high)
 
-    def _combine(self, q: Tensor, how: str) -> Tensor:
-        return combine(q, how, self.config.redq_subset, self.config.combine_weight)
-
-    @torch.no_grad()
-    def target(self, batch: dict[str, Tensor]) -> Tensor:
-        """The critics' regression target y `[B]`: r + gamma * (1 - terminated) * combine_E Q_target_i(s', a'),
-        a' the target actor's action, smoothed by clipped noise if `target_noise` > 0 (TD3)."""
+    def _hp(self) -> SimpleNamespace:
+        """The numbers the update reads (floats; tensors of the same values in captured mode)."""
         cfg = self.config
-        next_action = self.actor_target(batch["next_obs"])
-        if cfg.target_noise > 0:
-            next_action = smoothed_target_action(next_action, cfg.target_noise, cfg.target_noise_clip,
-                                                 self.low, self.high)
-        target_q = self._combine(self.critic_target(batch["next_obs"], next_action), cfg.target_combine)
-        return td_target(batch["reward"], batch["terminated"], target_q, cfg.gamma)
+        return SimpleNamespace(gamma=cfg.gamma, tau=cfg.tau, combine_weight=cfg.combine_weight,
+                               target_noise=cfg.target_noise, target_noise_clip=cfg.target_noise_clip,
+                               exploration_noise=cfg.exploration_noise)
+
+    def _modes(self) -> tuple[bool, str, str, int]:
+        """What `ddpg_update` branches on besides the actor step (part of a captured update's key)."""
+        cfg = self.config
+        return cfg.target_noise > 0, cfg.target_combine, cfg.actor_combine, cfg.redq_subset
+
+    def _bind_update(self, obs_dim: int, act_dim: int) -> None:
+        """Captured mode: two captured updates of the process's cache for these shapes, the critic's alone and the
+        critic's with the actor's and the targets' (every `policy_delay` updates)."""
+        cfg = self.config
+        modes = self._modes()
+        example = batch_example(self.replay, cfg.batch_size, cfg.prioritized)
+        lrs = {"actor_optim": cfg.actor_lr, "critic_optim": cfg.critic_lr}
+        key = ("ddpg", obs_dim, act_dim, cfg.hidden, cfg.num_critics, cfg.batch_size, cfg.num_envs, *modes,
+               cfg.prioritized, str(self.device))
+        steps = {step: lambda nets, hp, batch, step=step: ddpg_update(nets, hp, batch, step, *modes)
+                 for step in (False, True)}
+        captures = captured.bind(self, key, DDPG_STATE, vars(self._hp()), lrs, {**steps, "explore": ddpg_explore},
+                                 example, {"explore": {"obs": torch.zeros(cfg.num_envs, obs_dim, device=self.device)}})
+        self._captured = {step: captures[step] for step in (False, True)}
+        self._captured_explore = captures["explore"]
+        self.behaviour = self.actor
+
+    def target(self, batch: dict[str, Tensor]) -> Tensor:
+        """The critics' regression target y `[B]` (`ddpg_target`)."""
+        smooth, target_combine, _, redq_subset = self._modes()
+        return ddpg_target(self, self._hp(), batch, smooth, target_combine, redq_subset)
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One critic step, and every `policy_delay` updates an actor step and the target updates."""
-        cfg = self.config
-        target = self.target(batch)
-        q = self.critic(batch["obs"], batch["action"])  # [E, B]
-        weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
-        critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
-        regress(self.critic_optim, critic_loss)
+        """One critic step, and every `policy_delay` updates an actor step and the target updates (`ddpg_update`)."""
+        actor_step = (self.updates + 1) % self.config.policy_delay == 0
+        if self._captured is not None:
+            losses = self._captured[actor_step](batch)
+        else:
+            losses = ddpg_update(self, self._hp(), batch, actor_step, *self._modes())
         self.updates += 1
-        if self.updates % cfg.policy_delay == 0:
-            self.critic.requires_grad_(False)  # the actor's loss must not move the critics
-            actor_loss = -self._combine(self.critic(batch["obs"], self.actor(batch["obs"])), cfg.actor_combine).mean()
-            self.critic.requires_grad_(True)
-            regress(self.actor_optim, actor_loss)
-            soft_update(self.actor_target, self.actor, cfg.tau)
-            soft_update(self.critic_target, self.critic, cfg.tau)
-            self._last_actor_loss = actor_loss.detach()
-        losses = {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss, "q_mean": q.detach().mean()}
-        if weight is not None:
-            losses["td_error"] = (q - target).detach().abs().mean(0)  # mean over heads: the rows' priorities
-        return losses
+        if actor_step:
+            self._last_actor_loss = losses["actor_loss"]
+        return {"critic_loss": losses["critic_loss"], "actor_loss": self._last_actor_loss,
+                **{k: v for k, v in losses.items() if k not in ("critic_loss", "actor_loss")}}
 
     def own_state(self) -> dict[str, Any]:
         return {
@@ -158,17 +177,69 @@ class DDPGAgent(OffPolicyAgent):
             "actor_target": self.actor_target.state_dict(),
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
-            "actor_optim": self.actor_optim.state_dict(),
-            "critic_optim": self.critic_optim.state_dict(),
+            "actor_optim": captured.saved_optimizer(self.actor_optim),
+            "critic_optim": captured.saved_optimizer(self.critic_optim),
         }
 
     def load_own_state(self, state: Mapping[str, Any]) -> None:
         """Also loads a parent whose ensemble has another size (`ensemble.fit_ensemble_state`)."""
         state = fit_ensemble_state(state, self.config.num_critics)
-        for name in ("actor", "actor_target", "critic", "critic_target", "actor_optim", "critic_optim"):
+        for name in ("actor", "actor_target", "critic", "critic_target"):
             getattr(self, name).load_state_dict(state[name])
-        set_learning_rate(self.actor_optim, self.config.actor_lr)
-        set_learning_rate(self.critic_optim, self.config.critic_lr)
+        captured.load_optimizer(self.actor_optim, state["actor_optim"], self.config.actor_lr)
+        captured.load_optimizer(self.critic_optim, state["critic_optim"], self.config.critic_lr)
+
+
+DDPG_STATE = ("actor", "actor_target", "critic", "critic_target", "actor_optim", "critic_optim", "low", "high")
+"""The agent's attributes an update reads and writes (a captured update's workspace)."""
+
+
+def ddpg_explore(nets: Any, hp: Any, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The worker's exploring actions `[num_envs, act_dim]` for (normalised) `obs` `[num_envs, obs_dim]`, as a
+    captured step: the actor's, plus Gaussian noise of `hp.exploration_noise` (half-range units), in bounds."""
+    with torch.no_grad():
+        return {"action": gaussian_explore(nets.actor(batch["obs"]), hp.exploration_noise, nets.low, nets.high)}
+
+
+@torch.no_grad()
+def ddpg_target(nets: Any, hp: Any, batch: dict[str, Tensor], smooth: bool, target_combine: str,
+                redq_subset: int) -> Tensor:
+    """The critics' regression target y `[B]`: r + gamma * (1 - terminated) * combine_E Q_target_i(s', a'),
+    a' the target actor's action, smoothed by clipped noise if `smooth` (TD3's `target_noise` > 0)."""
+    next_action = nets.actor_target(batch["next_obs"])
+    if smooth:
+        next_action = smoothed_target_action(next_action, hp.target_noise, hp.target_noise_clip, nets.low, nets.high)
+    target_q = combine(nets.critic_target(batch["next_obs"], next_action), target_combine, redq_subset,
+                       hp.combine_weight)
+    return td_target(batch["reward"], batch["terminated"], target_q, hp.gamma)
+
+
+def ddpg_update(nets: Any, hp: Any, batch: dict[str, Tensor], actor_step: bool, smooth: bool, target_combine: str,
+                actor_combine: str, redq_subset: int) -> dict[str, Tensor]:
+    """One critic step on a batch (`obs` `[B, obs_dim]`, `action` `[B, act_dim]`, `reward`, `terminated` `[B]`,
+    `next_obs`, and `weight` `[B]` with prioritised replay) and, with `actor_step`, an actor step and the targets'
+    Polyak update. `nets` holds `DDPG_STATE` (an agent, or a captured update's workspace); `hp` gamma, tau,
+    combine_weight, target_noise and target_noise_clip, floats or 0-d tensors. Returns detached scalars
+    (`actor_loss` only with `actor_step`) and, with `weight`, the rows' TD errors `td_error` `[B]`."""
+    target = ddpg_target(nets, hp, batch, smooth, target_combine, redq_subset)
+    q = nets.critic(batch["obs"], batch["action"])  # [E, B]
+    weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
+    critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
+    regress(nets.critic_optim, critic_loss)
+    losses = {"critic_loss": critic_loss.detach()}
+    if actor_step:
+        nets.critic.requires_grad_(False)  # the actor's loss must not move the critics
+        actor_loss = -combine(nets.critic(batch["obs"], nets.actor(batch["obs"])), actor_combine, redq_subset,
+                              hp.combine_weight).mean()
+        nets.critic.requires_grad_(True)
+        regress(nets.actor_optim, actor_loss)
+        soft_update(nets.actor_target, nets.actor, hp.tau)
+        soft_update(nets.critic_target, nets.critic, hp.tau)
+        losses["actor_loss"] = actor_loss.detach()
+    losses["q_mean"] = q.detach().mean()
+    if weight is not None:
+        losses["td_error"] = (q - target).detach().abs().mean(0)  # mean over heads: the rows' priorities
+    return losses
 
 
 register_algorithm(AlgorithmInfo(

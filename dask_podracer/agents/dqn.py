@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -26,10 +27,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents import captured
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, register_algorithm, regress
 from dask_podracer.agents.networks import mlp, soft_update
-from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, td_target,
-                                            validate_offpolicy)
+from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
+                                            td_target, validate_offpolicy)
 from dask_podracer.envs import VecEnv
 
 
@@ -145,8 +147,12 @@ class DQNAgent(OffPolicyAgent):
         super().__init__(config, device, obs_dim, act_dim=1)  # the replay buffer keeps the action's index
         self.q_net = QNetwork(obs_dim, self.n_actions, config.hidden, config.dueling).to(device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = adam(self.q_net.parameters(), config.learning_rate)
+        make_adam = captured.optimizer_maker(config.compile, device)
+        self.optimizer = make_adam(self.q_net.parameters(), config.learning_rate)
         self.behaviour = self.q_net
+        self._captured: dict[bool, captured.CapturedUpdate] | None = None
+        if captured.use_capture(config.compile, device):
+            self._bind_update(obs_dim)
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -172,41 +178,73 @@ class DQNAgent(OffPolicyAgent):
             metrics["epsilon"] = self.epsilon()
         return obs, steps, metrics
 
-    def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One Q-learning step on a batch (actions stored as floats `[B, 1]`)."""
+    def _bind_update(self, obs_dim: int) -> None:
+        """Captured mode: two captured updates of the process's cache for these shapes, without and with the
+        target network's update (every `target_update_interval` updates)."""
         cfg = self.config
-        action = batch["action"].long()  # [B, 1]
-        with torch.no_grad():
-            next_q_online = self.q_net(batch["next_obs"]) if cfg.double else None
-            target = q_learning_target(batch["reward"], batch["terminated"], self.q_target(batch["next_obs"]),
-                                       next_q_online, cfg.gamma)
-        q = self.q_net(batch["obs"]).gather(-1, action).squeeze(-1)
-        weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
-        if weight is None:
-            loss = F.smooth_l1_loss(q, target)
+        key = (self.algorithm, obs_dim, self.n_actions, cfg.hidden, cfg.dueling, cfg.double, cfg.max_grad_norm,
+               cfg.batch_size, cfg.prioritized, str(self.device))
+        double, clip = cfg.double, cfg.max_grad_norm
+        self._captured = captured.bind(
+            self, key, DQN_STATE, {"gamma": cfg.gamma, "tau": cfg.tau}, {"optimizer": cfg.learning_rate},
+            {step: lambda nets, hp, batch, step=step: dqn_update(nets, hp, batch, step, double, clip)
+             for step in (False, True)},
+            batch_example(self.replay, cfg.batch_size, cfg.prioritized))
+        self.behaviour = self.q_net
+
+    def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """One Q-learning step on a batch (`dqn_update`)."""
+        cfg = self.config
+        target_step = (self.updates + 1) % cfg.target_update_interval == 0
+        if self._captured is not None:
+            losses = self._captured[target_step](batch)
         else:
-            loss = (weight * F.smooth_l1_loss(q, target, reduction="none")).mean()
-        regress(self.optimizer, loss, cfg.max_grad_norm, list(self.q_net.parameters()))
+            hp = SimpleNamespace(gamma=cfg.gamma, tau=cfg.tau)
+            losses = dqn_update(self, hp, batch, target_step, cfg.double, cfg.max_grad_norm)
         self.updates += 1
-        if self.updates % cfg.target_update_interval == 0:
-            soft_update(self.q_target, self.q_net, cfg.tau)
-        losses = {"loss": loss.detach(), "q_mean": q.detach().mean()}
-        if weight is not None:
-            losses["td_error"] = (q - target).detach()
         return losses
 
     def own_state(self) -> dict[str, Any]:
         return {
             "q_net": self.q_net.state_dict(),
             "q_target": self.q_target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": captured.saved_optimizer(self.optimizer),
         }
 
     def load_own_state(self, state: Mapping[str, Any]) -> None:
         self.q_net.load_state_dict(state["q_net"])
         self.q_target.load_state_dict(state["q_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        set_learning_rate(self.optimizer, self.config.learning_rate)
+        captured.load_optimizer(self.optimizer, state["optimizer"], self.config.learning_rate)
+
+
+DQN_STATE = ("q_net", "q_target", "optimizer")
+"""The agent's attributes an update reads and writes (a captured update's workspace)."""
+
+
+def dqn_update(nets: Any, hp: Any, batch: dict[str, Tensor], target_step: bool, double: bool,
+               max_grad_norm: float) -> dict[str, Tensor]:
+    """One Q-learning step on a batch (`obs` `[B, obs_dim]`, actions as floats `[B, 1]`, `reward`, `terminated`
+    `[B]`, `next_obs`, and `weight` `[B]` with prioritised replay), then, with `target_step`, the target network's
+    Polyak update. `nets` holds `DQN_STATE` (an agent, or a captured update's workspace); `hp` gamma and tau,
+    floats or 0-d tensors. Returns detached scalars and, with `weight`, the rows' TD errors `td_error` `[B]`."""
+    action = batch["action"].long()  # [B, 1]
+    with torch.no_grad():
+        next_q_online = nets.q_net(batch["next_obs"]) if double else None
+        target = q_learning_target(batch["reward"], batch["terminated"], nets.q_target(batch["next_obs"]),
+                                   next_q_online, hp.gamma)
+    q = nets.q_net(batch["obs"]).gather(-1, action).squeeze(-1)
+    weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
+    if weight is None:
+        loss = F.smooth_l1_loss(q, target)
+    else:
+        loss = (weight * F.smooth_l1_loss(q, target, reduction="none")).mean()
+    regress(nets.optimizer, loss, max_grad_norm, list(nets.q_net.parameters()))
+    if target_step:
+        soft_update(nets.q_target, nets.q_net, hp.tau)
+    losses = {"loss": loss.detach(), "q_mean": q.detach().mean()}
+    if weight is not None:
+        losses["td_error"] = (q - target).detach()
+    return losses
 
 
 class DoubleDQNAgent(DQNAgent):

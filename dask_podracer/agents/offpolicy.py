@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.base import Metrics
+from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.ensemble import COMBINE_MODES
 from dask_podracer.agents.loop import SequentialLoop
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
@@ -89,6 +90,9 @@ class OffPolicyOptions:
     """Prioritised replay: learner updates over which the weights' exponent grows linearly to 1."""
     priority_epsilon: float = 1e-6
     """Prioritised replay: added to |TD error|, so no transition's priority is 0."""
+    compile: str = "off"
+    """Captured learner update (agents/captured.py): "on" replays each update as one CUDA graph (torch.compile on a
+    CPU), "auto" captures on CUDA only, "off" runs it eagerly (the reference)."""
 
 
 def check(config: Any, field: str, ok: bool, allowed: str) -> None:
@@ -119,6 +123,7 @@ def validate_offpolicy(cfg: Any) -> None:
     check(cfg, "priority_beta_start", 0 <= cfg.priority_beta_start <= 1, "in [0, 1]")
     check(cfg, "priority_beta_updates", cfg.priority_beta_updates >= 1, ">= 1")
     check(cfg, "priority_epsilon", cfg.priority_epsilon > 0, "> 0")
+    check(cfg, "compile", cfg.compile in COMPILE_MODES, f"one of {COMPILE_MODES}")
 
 
 def validate_ensemble(cfg: Any) -> None:
@@ -168,6 +173,16 @@ def weighted_mean(x: Tensor, weight: Tensor | None, dim: int = -1) -> Tensor:
     """The mean of `x` over `dim` (the batch's), each sample times its importance weight `[B]` if one is given
     (prioritised replay). Without weights, exactly `x.mean(dim)`."""
     return x.mean(dim) if weight is None else (x * weight).mean(dim)
+
+
+def batch_example(replay: ReplayBuffer, batch_size: int, prioritized: bool) -> dict[str, Tensor]:
+    """Zeros shaped like a sampled batch (what a captured update reads): the replay's fields, and the importance
+    weights `[B]` with prioritised replay."""
+    example = {k: torch.zeros((batch_size, *v.shape[1:]), dtype=v.dtype, device=v.device)
+               for k, v in replay.data.items()}
+    if prioritized:
+        example["weight"] = torch.ones(batch_size, device=replay.device)
+    return example
 
 
 # -- the agent base ------------------------------------------------------------------------

@@ -18,7 +18,9 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents import captured
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, register_algorithm, regress
+from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
@@ -70,6 +72,9 @@ class PPOConfig:
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
     """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
+    compile: str = "off"
+    """captured minibatch update (agents/captured.py): "on" replays each one as one CUDA graph (torch.compile on a
+    CPU), "auto" captures on CUDA only, "off" runs it eagerly (the reference)"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -90,6 +95,7 @@ class PPOConfig:
             ("target_kl", self.target_kl is None or self.target_kl > 0, "None or > 0"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
+            ("compile", self.compile in COMPILE_MODES, f"one of {COMPILE_MODES}"),
         ]
         for name, ok, allowed in checks:
             if not ok:
@@ -214,7 +220,9 @@ class PPOAgent:
         self.critic = _orthogonal_init(mlp([self.obs_dim, *config.hidden, 1], nn.Tanh), 1.0, init_gen)
         self.actor.to(self.device)
         self.critic.to(self.device)
-        self.optimizer = adam([*self.actor.parameters(), *self.critic.parameters()], config.learning_rate, eps=1e-5)
+        make_adam = captured.optimizer_maker(config.compile, self.device)
+        self.optimizer = make_adam([*self.actor.parameters(), *self.critic.parameters()], config.learning_rate,
+                                   eps=1e-5)
         self.generator = torch.Generator(self.device).manual_seed(seed + 1)
         discrete = self.actor.discrete
         self.buffer = RolloutBuffer(config.rollout_steps, config.num_envs, self.obs_dim,
@@ -223,6 +231,26 @@ class PPOAgent:
         self.obs_norm = ObservationNormalizer(self.obs_dim, config.normalize_observations, self.device)
         self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, self.device)
         self.iterations = 0
+        self._captured: captured.CapturedUpdate | None = None
+        if captured.use_capture(config.compile, self.device):
+            self._bind_update()
+
+    def _bind_update(self) -> None:
+        """Captured mode: the process's captured minibatch update for these shapes. Minibatches are near-equal
+        parts of the rollout (`RolloutBuffer.minibatches`): the graph takes the smaller size, a larger one (when
+        num_minibatches does not divide batch_size) runs eagerly on the same networks."""
+        cfg, buf = self.config, self.buffer
+        n = cfg.batch_size // cfg.num_minibatches
+        example = {"obs": torch.zeros(n, self.obs_dim, device=self.device),
+                   "actions": torch.zeros((n, *buf.actions.shape[2:]), dtype=buf.actions.dtype, device=self.device),
+                   **{k: torch.zeros(n, device=self.device) for k in ("log_probs", "values", "advantages", "returns")}}
+        modes = (cfg.normalize_advantages, cfg.clip_value, cfg.max_grad_norm)
+        key = (self.algorithm, n, self.obs_dim, tuple(example["actions"].shape[1:]), str(buf.actions.dtype),
+               self.actor.discrete, cfg.hidden, *modes, str(self.device))
+        self._captured = captured.bind(
+            self, key, PPO_STATE, {"clip_coef": cfg.clip_coef, "ent_coef": cfg.ent_coef, "vf_coef": cfg.vf_coef},
+            {"optimizer": cfg.learning_rate}, {"update": lambda nets, hp, mb: ppo_update(nets, hp, mb, *modes)},
+            example)["update"]
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -296,24 +324,15 @@ class PPOAgent:
         """Nothing runs between iterations: each `train_iteration` ends with its updates made."""
 
     def _update(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step on a minibatch (dict of `[N, ...]` tensors); returns detached scalars."""
+        """One gradient step on a minibatch (`ppo_update`), captured when its size is the captured one."""
         cfg = self.config
-        log_prob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["actions"])
-        advantages = mb["advantages"]
-        if cfg.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        pg_loss, clip_fraction, approx_kl = clipped_surrogate_loss(log_prob, mb["log_probs"], advantages,
-                                                                   cfg.clip_coef)
-        v_loss = value_loss(self.value(mb["obs"]), mb["values"], mb["returns"], cfg.clip_value)
-        entropy = entropy.mean()
-        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        regress(self.optimizer, loss, cfg.max_grad_norm, [*self.actor.parameters(), *self.critic.parameters()])
-        return {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy.detach(),
-                "approx_kl": approx_kl, "clip_fraction": clip_fraction}
+        if self._captured is not None and mb["obs"].shape[0] == self._captured.inputs["obs"].shape[0]:
+            return self._captured(mb)
+        return ppo_update(self, cfg, mb, cfg.normalize_advantages, cfg.clip_value, cfg.max_grad_norm)
 
     def state_dict(self) -> dict[str, Any]:
         state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "iterations": self.iterations}
+                 "optimizer": captured.saved_optimizer(self.optimizer), "iterations": self.iterations}
         self.obs_norm.save_into(state)
         self.reward_norm.save_into(state)
         return state
@@ -323,9 +342,31 @@ class PPOAgent:
         self.reward_norm.load_from(state)
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        set_learning_rate(self.optimizer, self.config.learning_rate)  # this segment's rate wins
+        # this segment's rate wins
+        captured.load_optimizer(self.optimizer, state["optimizer"], self.config.learning_rate)
         self.iterations = int(state["iterations"])
+
+
+PPO_STATE = ("actor", "critic", "optimizer")
+"""The agent's attributes a minibatch update reads and writes (a captured update's workspace)."""
+
+
+def ppo_update(nets: Any, hp: Any, mb: dict[str, Tensor], normalize_advantages: bool, clip_value: float | None,
+               max_grad_norm: float) -> dict[str, Tensor]:
+    """One gradient step on a minibatch (`obs` `[N, obs_dim]`, `actions` `[N, ...]`, `log_probs`, `values`,
+    `advantages`, `returns` `[N]`). `nets` holds `PPO_STATE` (an agent, or a captured update's workspace); `hp`
+    clip_coef, ent_coef and vf_coef, floats (the config) or 0-d tensors. Returns detached scalars."""
+    log_prob, entropy = nets.actor.log_prob_entropy(mb["obs"], mb["actions"])
+    advantages = mb["advantages"]
+    if normalize_advantages and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    pg_loss, clip_fraction, approx_kl = clipped_surrogate_loss(log_prob, mb["log_probs"], advantages, hp.clip_coef)
+    v_loss = value_loss(nets.critic(mb["obs"]).squeeze(-1), mb["values"], mb["returns"], clip_value)
+    entropy = entropy.mean()
+    loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
+    regress(nets.optimizer, loss, max_grad_norm, [*nets.actor.parameters(), *nets.critic.parameters()])
+    return {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy.detach(),
+            "approx_kl": approx_kl, "clip_fraction": clip_fraction}
 
 
 register_algorithm(AlgorithmInfo(

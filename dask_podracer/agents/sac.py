@@ -14,17 +14,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents import captured
+from dask_podracer.agents.base import AlgorithmInfo, register_algorithm, regress
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
-from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, check, td_target,
-                                            uniform_action, validate_ensemble, validate_offpolicy, weighted_mean)
+from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
+                                            td_target, uniform_action, validate_ensemble, validate_offpolicy,
+                                            weighted_mean)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +89,15 @@ class SACAgent(OffPolicyAgent):
         self.critic = CriticEnsemble(obs_dim, act_dim, config.hidden, config.num_critics).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(config.init_alpha), device=device).log().requires_grad_(True)
-        self.actor_optim = adam(self.actor.parameters(), config.actor_lr)
-        self.critic_optim = adam(self.critic.parameters(), config.critic_lr)
-        self.alpha_optim = adam([self.log_alpha], config.alpha_lr)
+        make_adam = captured.optimizer_maker(config.compile, device)
+        self.actor_optim = make_adam(self.actor.parameters(), config.actor_lr)
+        self.critic_optim = make_adam(self.critic.parameters(), config.critic_lr)
+        self.alpha_optim = make_adam([self.log_alpha], config.alpha_lr)
         self.target_entropy = -config.target_entropy_scale * act_dim
         self.behaviour = self.actor
+        self._captured: captured.CapturedUpdate | None = None
+        if captured.use_capture(config.compile, device):
+            self._bind_update(obs_dim, act_dim)
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -102,45 +109,39 @@ class SACAgent(OffPolicyAgent):
         return uniform_action(self.low, self.high, n)
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
+        if self._captured is not None and behaviour is self.actor and obs.shape[0] == self.config.num_envs:
+            return self._captured_explore({"obs": obs})["action"]  # the sequential loop's worker, captured
         return behaviour(obs.to(self.device, torch.float32), deterministic=False)[0]
 
-    def _combine(self, q: Tensor, how: str) -> Tensor:
-        return combine(q, how, self.config.redq_subset, self.config.combine_weight)
+    def _bind_update(self, obs_dim: int, act_dim: int) -> None:
+        """Captured mode: this agent's update becomes the process's captured SAC update for its shapes."""
+        cfg = self.config
+        key = ("sac", obs_dim, act_dim, cfg.hidden, cfg.num_critics, cfg.batch_size, cfg.num_envs,
+               cfg.target_combine, cfg.actor_combine, cfg.redq_subset, cfg.prioritized, str(self.device))
+        modes = (cfg.target_combine, cfg.actor_combine, cfg.redq_subset)
+        captures = captured.bind(
+            self, key, SAC_STATE, vars(self._hp()),
+            {"actor_optim": cfg.actor_lr, "critic_optim": cfg.critic_lr, "alpha_optim": cfg.alpha_lr},
+            {"update": lambda nets, hp, batch: sac_update(nets, hp, batch, *modes), "explore": sac_explore},
+            batch_example(self.replay, cfg.batch_size, cfg.prioritized),
+            {"explore": {"obs": torch.zeros(cfg.num_envs, obs_dim, device=self.device)}})
+        self._captured, self._captured_explore = captures["update"], captures["explore"]
+        self.behaviour = self.actor
+
+    def _hp(self) -> SimpleNamespace:
+        """The numbers the update reads (floats; tensors of the same values in captured mode)."""
+        cfg = self.config
+        return SimpleNamespace(gamma=cfg.gamma, tau=cfg.tau, target_entropy=self.target_entropy,
+                               combine_weight=cfg.combine_weight)
 
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step of critics, actor and temperature on a sampled batch."""
+        """One gradient step of critics, actor and temperature on a sampled batch (`sac_update`)."""
         cfg = self.config
-        alpha = self.log_alpha.exp().detach()
-        with torch.no_grad():
-            next_action, next_log_prob = self.actor(batch["next_obs"])
-            target_q = self._combine(self.critic_target(batch["next_obs"], next_action), cfg.target_combine)
-            target = td_target(batch["reward"], batch["terminated"], target_q - alpha * next_log_prob, cfg.gamma)
-        q = self.critic(batch["obs"], batch["action"])  # [E, B]
-        weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
-        critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
-        regress(self.critic_optim, critic_loss)
-
-        action, log_prob = self.actor(batch["obs"])
-        self.critic.requires_grad_(False)  # the actor's loss must not move the critics
-        q_pi = self._combine(self.critic(batch["obs"], action), cfg.actor_combine)
-        self.critic.requires_grad_(True)
-        actor_loss = (alpha * log_prob - q_pi).mean()
-        regress(self.actor_optim, actor_loss)
-
-        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-        regress(self.alpha_optim, alpha_loss)
-
-        soft_update(self.critic_target, self.critic, cfg.tau)
+        if self._captured is not None:
+            losses = self._captured(batch)
+        else:
+            losses = sac_update(self, self._hp(), batch, cfg.target_combine, cfg.actor_combine, cfg.redq_subset)
         self.updates += 1
-        losses = {
-            "critic_loss": critic_loss.detach(),
-            "actor_loss": actor_loss.detach(),
-            "alpha": alpha,
-            "entropy": -log_prob.detach().mean(),
-            "q_mean": q.detach().mean(),
-        }
-        if weight is not None:
-            losses["td_error"] = (q - target).detach().abs().mean(0)  # mean over heads: the rows' priorities
         return losses
 
     def own_state(self) -> dict[str, Any]:
@@ -149,9 +150,9 @@ class SACAgent(OffPolicyAgent):
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optim": self.actor_optim.state_dict(),
-            "critic_optim": self.critic_optim.state_dict(),
-            "alpha_optim": self.alpha_optim.state_dict(),
+            "actor_optim": captured.saved_optimizer(self.actor_optim),
+            "critic_optim": captured.saved_optimizer(self.critic_optim),
+            "alpha_optim": captured.saved_optimizer(self.alpha_optim),
         }
 
     def load_own_state(self, state: Mapping[str, Any]) -> None:
@@ -162,13 +163,64 @@ class SACAgent(OffPolicyAgent):
         self.critic_target.load_state_dict(state["critic_target"])
         with torch.no_grad():
             self.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
-        self.actor_optim.load_state_dict(state["actor_optim"])
-        self.critic_optim.load_state_dict(state["critic_optim"])
-        self.alpha_optim.load_state_dict(state["alpha_optim"])
         cfg = self.config
-        set_learning_rate(self.actor_optim, cfg.actor_lr)
-        set_learning_rate(self.critic_optim, cfg.critic_lr)
-        set_learning_rate(self.alpha_optim, cfg.alpha_lr)
+        captured.load_optimizer(self.actor_optim, state["actor_optim"], cfg.actor_lr)
+        captured.load_optimizer(self.critic_optim, state["critic_optim"], cfg.critic_lr)
+        captured.load_optimizer(self.alpha_optim, state["alpha_optim"], cfg.alpha_lr)
+
+
+def sac_explore(nets: Any, hp: Any, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The worker's exploring actions `[num_envs, act_dim]` for (normalised) `obs` `[num_envs, obs_dim]`, as a
+    captured step (`nets.actor` sampling)."""
+    with torch.no_grad():
+        return {"action": nets.actor(batch["obs"], deterministic=False)[0]}
+
+
+SAC_STATE = ("actor", "critic", "critic_target", "log_alpha", "actor_optim", "critic_optim", "alpha_optim")
+"""The agent's attributes an update reads and writes (a captured update's workspace)."""
+
+
+def sac_update(nets: Any, hp: Any, batch: dict[str, Tensor], target_combine: str, actor_combine: str,
+               redq_subset: int) -> dict[str, Tensor]:
+    """One gradient step of critics, actor and temperature on a batch (`obs` `[B, obs_dim]`, `action`
+    `[B, act_dim]`, `reward` and `terminated` `[B]`, `next_obs`, and `weight` `[B]` with prioritised replay).
+
+    `nets` holds `SAC_STATE` (an agent, or a captured update's workspace); `hp` gamma, tau, target_entropy and
+    combine_weight, as floats (eager) or 0-d tensors a captured graph reads. Returns detached scalar tensors and,
+    with `weight`, the rows' TD errors `td_error` `[B]`.
+    """
+    alpha = nets.log_alpha.exp().detach()
+    with torch.no_grad():
+        next_action, next_log_prob = nets.actor(batch["next_obs"])
+        target_q = combine(nets.critic_target(batch["next_obs"], next_action), target_combine, redq_subset,
+                           hp.combine_weight)
+        target = td_target(batch["reward"], batch["terminated"], target_q - alpha * next_log_prob, hp.gamma)
+    q = nets.critic(batch["obs"], batch["action"])  # [E, B]
+    weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
+    critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
+    regress(nets.critic_optim, critic_loss)
+
+    action, log_prob = nets.actor(batch["obs"])
+    nets.critic.requires_grad_(False)  # the actor's loss must not move the critics
+    q_pi = combine(nets.critic(batch["obs"], action), actor_combine, redq_subset, hp.combine_weight)
+    nets.critic.requires_grad_(True)
+    actor_loss = (alpha * log_prob - q_pi).mean()
+    regress(nets.actor_optim, actor_loss)
+
+    alpha_loss = -(nets.log_alpha * (log_prob.detach() + hp.target_entropy)).mean()
+    regress(nets.alpha_optim, alpha_loss)
+
+    soft_update(nets.critic_target, nets.critic, hp.tau)
+    losses = {
+        "critic_loss": critic_loss.detach(),
+        "actor_loss": actor_loss.detach(),
+        "alpha": alpha,
+        "entropy": -log_prob.detach().mean(),
+        "q_mean": q.detach().mean(),
+    }
+    if weight is not None:
+        losses["td_error"] = (q - target).detach().abs().mean(0)  # mean over heads: the rows' priorities
+    return losses
 
 
 register_algorithm(AlgorithmInfo(
