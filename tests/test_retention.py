@@ -123,14 +123,14 @@ def stored_checkpoints(store_path: Path) -> int:
 def test_a_long_tournament_keeps_a_bounded_store_and_everything_still_reads_it(client, tmp_path):
     store_path = tmp_path / "long.zarr"
     counts = []
-    for segments in (60, 180):  # a run, then a resume that triples it
+    for segments in (30, 90):  # a run, then a resume that triples it
         summary = run_tournament(fast(store_path, segments, keep_per_agent=2), client)
         assert summary.checkpoints_deleted > 0
         counts.append(stored_checkpoints(store_path))
     store = PodracerStore(store_path)
     history = store.read_history()
     finished = [r for r in history if r["status"] == "finished"]
-    assert len(finished) >= 230
+    assert len(finished) >= 115
     # board (3) + 2 agents x (2 newest + latest) + what those read of shared replay rows (buffer 120, 40 per
     # segment: at most 2 ancestors each), however many segments ran
     bound = 3 + 2 * 3 + 2 * 2 * 3
