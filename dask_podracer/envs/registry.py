@@ -31,6 +31,7 @@ from dask_podracer.envs.multi_agent.pettingzoo_adapter import MPE2_ENVS, mpe2_fa
 from dask_podracer.envs.multi_agent.vmas_adapter import VMAS_SCENARIOS, vmas_factory
 from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
+from dask_podracer.envs.trading import make_stock_trading
 from dask_podracer.envs.warp_ant import make_warp_ant
 
 EnvFactory = Callable[..., VecEnv]
@@ -177,6 +178,7 @@ register_env("Acrobot-v1", AcrobotVecEnv, "Acrobot")
 register_env("MountainCar-v0", MountainCarVecEnv, "MountainCar")
 register_env("MountainCarContinuous-v0", MountainCarContinuousVecEnv, "MountainCarContinuous")
 register_env("PointChase-v0", PointChaseVecEnv, "PointChase")
+register_env("StockTrading-v0", make_stock_trading, "StockTrading")  # docs/trading.md
 register_env("WarpAnt-v0", make_warp_ant, "WarpAnt")  # needs the `warp` extra; imports mujoco_warp when built
 for _scenario in VMAS_SCENARIOS:  # docs/multi_agent.md; needs the `multiagent` extra; imports vmas when built
     register_env(f"vmas:{_scenario}", vmas_factory(_scenario))

@@ -1,0 +1,59 @@
+"""Stock trading: a vectorised portfolio env (env.py) over a synthetic or a user's market (synthetic.py,
+ohlcv.py), with indicators that never read a later date (indicators.py) and metrics for a backtest
+(metrics.py). `make_stock_trading` is what the registry builds as "StockTrading-v0"; docs/trading.md."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+
+from dask_podracer.envs.trading import indicators
+from dask_podracer.envs.trading.env import StockTradingVecEnv, execute
+from dask_podracer.envs.trading.market import DEFAULT_SPLIT, PERIODS, Market
+from dask_podracer.envs.trading.ohlcv import MarketDataError, load_ohlcv
+from dask_podracer.envs.trading.synthetic import random_walk_market, trending_market
+
+GENERATORS = {"synthetic": trending_market, "random_walk": random_walk_market}
+
+
+def make_market(market: str = "synthetic", assets: int = 20, days: int = 2000, market_seed: int = 0) -> Market:
+    """The market a config names: "synthetic" (trending, the default), "random_walk" (the control), or the path
+    of a CSV or Parquet OHLCV file (then `assets`, `days` and `market_seed` are not used). Cached per process."""
+    if market in GENERATORS:
+        return _generated(market, int(assets), int(days), int(market_seed))
+    path = Path(market)
+    if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise ValueError(f"market must be one of {sorted(GENERATORS)} or the path of a .csv or .parquet file, "
+                         f"got {market!r}")
+    try:
+        stat = os.stat(path)
+    except OSError as e:
+        raise MarketDataError(f"{path}: cannot read it ({e.strerror})") from None
+    return _loaded(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _generated(kind: str, assets: int, days: int, seed: int) -> Market:
+    return GENERATORS[kind](assets=assets, days=days, seed=seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, mtime_ns: int, size: int) -> Market:
+    return load_ohlcv(path)
+
+
+def make_stock_trading(num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, *,
+                       market: str = "synthetic", assets: int = 20, days: int = 2000, market_seed: int = 0,
+                       split: list[float] | list[str] = DEFAULT_SPLIT, **options) -> StockTradingVecEnv:
+    """`num_envs` portfolios on the market `make_market(market, assets, days, market_seed)`; `split` says where
+    validation and test start; `options` are StockTradingVecEnv's (period, episode_days, initial_cash,
+    max_shares, cost, reward_scale, turbulence, turbulence_threshold, turbulence_quantile, dtype)."""
+    return StockTradingVecEnv(num_envs, device, seed, market=make_market(market, assets, days, market_seed),
+                              split=tuple(split), **options)
+
+
+__all__ = ["DEFAULT_SPLIT", "GENERATORS", "PERIODS", "Market", "MarketDataError", "StockTradingVecEnv", "execute", "indicators",
+           "load_ohlcv", "make_market", "make_stock_trading", "random_walk_market", "trending_market"]
