@@ -27,6 +27,12 @@ from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.agents.sum_tree import SumTree
 
 
+PRIORITY = "priority"
+"""The replay entry a prioritised buffer's checkpoint keeps its rows' raw priorities in."""
+DEFAULT_PRIORITY = 1.0
+"""The priority of a row saved without one (a plain buffer's checkpoint), and of the first rows added."""
+
+
 def annealed_beta(updates: int, beta_start: float, beta_updates: int) -> float:
     """beta after `updates` learner updates: `beta_start` at 0, linearly up to 1 at `beta_updates`, then 1."""
     return min(1.0, beta_start + (1.0 - beta_start) * updates / beta_updates)
@@ -91,7 +97,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             order = torch.arange(self.size, device=self.device)
         else:
             order = (self.position + torch.arange(self.capacity, device=self.device)) % self.capacity
-        state["priority"] = self.priority[order]
+        state[PRIORITY] = self.priority[order]
         return state
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
@@ -100,10 +106,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super().load_state_dict(state)
         keep = self.size
         self.priority.zero_()
-        if "priority" in state:
-            saved = state["priority"]
+        if PRIORITY in state:
+            saved = state[PRIORITY]
             self.priority[:keep] = saved[saved.shape[0] - keep:].to(self.device, torch.float32)
         else:
-            self.priority[:keep] = 1.0
+            self.priority[:keep] = DEFAULT_PRIORITY
         self.max_priority = self.priority[:keep].max() if keep else torch.ones((), device=self.device)
         self.tree.set_all(self.priority.to(torch.float64).pow(self.alpha) * (self.priority > 0))

@@ -78,8 +78,12 @@ def _check_tensor(env: VecEnv, name: str, x: object, shape: tuple[int, ...], dty
 
 
 def _replay(env: VecEnv, seed: int, limit: int, policy: Policy | None) -> list[Tensor]:
-    """reset(seed), then step until every env has finished once (or `limit` steps): everything it returned."""
-    act = _actor(env, seed, policy)
+    return replay_trace(env, _actor(env, seed, policy), seed, limit)
+
+
+def replay_trace(env: VecEnv, act: Policy, seed: int, limit: int) -> list[Tensor]:
+    """reset(seed), then step with `act` until every env has finished once (or `limit` steps): everything it
+    returned (the multi-agent checker replays its envs the same way)."""
     obs, _ = env.reset(seed=seed)
     trace, finished = [obs], torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     for _ in range(limit):

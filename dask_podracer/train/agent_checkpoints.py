@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from dask_podracer.agents import Agent, make_agent
+from dask_podracer.agents.prioritized_replay import DEFAULT_PRIORITY, PRIORITY
 from dask_podracer.envs import check_env_named, make_vec_env
 from dask_podracer.envs.registry import same_env
 from dask_podracer.store import PodracerStore, StoreError
@@ -127,7 +128,7 @@ def _complete_replay(store: PodracerStore, attrs: dict, state: dict, device: str
     return lost
 
 
-OPTIONAL_REPLAY_COLUMNS = {"priority": 1.0}
+OPTIONAL_REPLAY_COLUMNS = {PRIORITY: DEFAULT_PRIORITY}
 """Replay columns a buffer may lack (a prioritised buffer's priorities), and the value rows saved without them
 take: a shared lineage may switch `prioritized` on or off between segments."""
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.checker import CheckReport, VecEnvCheckError
+from dask_podracer.envs.checker import CheckReport, VecEnvCheckError, replay_trace
 from dask_podracer.envs.multi_agent.base import MULTI_AGENT_MEMBERS, MultiAgentVecEnv
 
 Policy = Callable[[Tensor], Tensor]
@@ -54,16 +54,7 @@ def _actor(env: MultiAgentVecEnv, seed: int, policy: Policy | None) -> Policy:
 
 
 def _replay(env: MultiAgentVecEnv, seed: int, limit: int, policy: Policy | None) -> list[Tensor]:
-    act = _actor(env, seed, policy)
-    obs, _ = env.reset(seed=seed)
-    trace, finished = [obs], torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-    for _ in range(limit):
-        obs, reward, terminated, truncated, info = env.step(act(obs))
-        trace += [obs, reward, terminated, truncated, info["final_obs"]]
-        finished |= terminated | truncated
-        if bool(finished.all()):
-            break
-    return trace
+    return replay_trace(env, _actor(env, seed, policy), seed, limit)
 
 
 def _check_spaces(env: MultiAgentVecEnv) -> None:
