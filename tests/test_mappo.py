@@ -20,7 +20,7 @@ from dask_podracer.agents.base import algorithm_info, make_agent
 from dask_podracer.agents.mappo import IPPOConfig, MAPPOAgent, MAPPOConfig, TeamCritic, agent_gae, with_agent_id
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.multi_agent.checker import sample_joint_actions
-from dask_podracer.train.evaluate import episode_returns
+from dask_podracer.train.evaluate import episode_scores
 
 REPO = Path(__file__).resolve().parents[1]
 NAV = {"n_agents": 2, "max_episode_steps": 50}
@@ -204,7 +204,7 @@ def _random_team_return(seed: int) -> float:
         def act(self, obs, deterministic=True):
             return sample_joint_actions(env, gen)
 
-    return float(episode_returns(Random(), env, seed=seed).mean())
+    return float(episode_scores(Random(), env, seed=seed).mean())
 
 
 @pytest.mark.slow
@@ -215,9 +215,9 @@ def test_learns_navigation_beyond_a_random_team(algorithm):
                "learning_rate": 1e-3}
     agent, env = _team(algorithm, seed=0, **hparams)
     eval_env = make_vec_env("vmas:navigation", 32, seed=7, **NAV)
-    before = float(episode_returns(agent, eval_env, seed=7).mean())
+    before = float(episode_scores(agent, eval_env, seed=7).mean())
     _train(agent, env, ITERATIONS)
-    returns = episode_returns(agent, eval_env, seed=7)
+    returns = episode_scores(agent, eval_env, seed=7)
     after, stderr = float(returns.mean()), float(returns.std()) / returns.numel() ** 0.5
     random_team = _random_team_return(7)
     print(f"{algorithm}: random team {random_team:.3f}, untrained {before:.3f}, trained {after:.3f} +- {stderr:.3f}")
@@ -284,7 +284,7 @@ def test_maddpg_learns_navigation_beyond_a_random_team():
                        batch_size=256, hidden=(64, 64))
     eval_env = make_vec_env("vmas:navigation", 32, seed=7, **NAV)
     _train(agent, env, 100)  # 16,000 team steps, 1,500 updates
-    returns = episode_returns(agent, eval_env, seed=7)
+    returns = episode_scores(agent, eval_env, seed=7)
     after, stderr = float(returns.mean()), float(returns.std()) / returns.numel() ** 0.5
     random_team = _random_team_return(7)
     print(f"maddpg: random team {random_team:.3f}, trained {after:.3f} +- {stderr:.3f}")  # measured: 1.64

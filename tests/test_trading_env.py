@@ -205,3 +205,68 @@ def test_bad_arguments_are_refused():
         make_vec_env("StockTrading-v0", 1, market="nasdaq")
     with pytest.raises(ValueError, match="cost must be"):
         make_vec_env("StockTrading-v0", 1, cost=1.5, assets=3, days=300)
+    with pytest.raises(ValueError, match="score must be one of"):
+        make_vec_env("StockTrading-v0", 1, score="sortino", assets=3, days=300)
+    with pytest.raises(ValueError, match="reward must be one of"):
+        make_vec_env("StockTrading-v0", 1, reward="log", assets=3, days=300)
+
+
+def random_trader(num_assets: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    return lambda obs: torch.rand(obs.shape[0], num_assets, generator=generator) * 2 - 1
+
+
+def test_the_episode_score_is_the_backtests_sharpe_ratio():
+    """Evaluation ranks a validation episode by its Sharpe ratio (info["episode_score"]), the backtest's figure."""
+    from dask_podracer.envs.trading.backtest import backtest
+    from dask_podracer.train.evaluate import episode_scores
+
+    kwargs = {"assets": 4, "days": 600, "market_seed": 3, "period": "validation"}
+    act = random_trader(4, seed=0)
+    agent = type("Random", (), {"act": lambda self, obs, deterministic=True: act(obs)})()
+    score = episode_scores(agent, make_vec_env("StockTrading-v0", 1, **kwargs), seed=0)
+    act = random_trader(4, seed=0)
+    figures = backtest(make_vec_env("StockTrading-v0", 1, **kwargs), act)
+    assert score.item() == pytest.approx(figures["sharpe"], rel=1e-9)
+    act = random_trader(4, seed=0)
+    by_return = episode_scores(agent, make_vec_env("StockTrading-v0", 1, score="return", **kwargs), seed=0)
+    assert by_return.item() == pytest.approx(100 * figures["cumulative_return"], rel=1e-6)  # float32 rewards
+
+
+def test_the_excess_reward_subtracts_what_the_initial_cash_made_in_the_market():
+    market = flat_market()
+    market.close[71] = [110.0, 45.0]  # the market: +10 % and -10 %, 0 on average
+    market.close[72] = [121.0, 45.0]  # +10 % and 0: +5 % on average
+    env = env_on(market, reward="excess")
+    env.set_portfolio(10_000.0, [0.0, 0.0], day=70)
+    _, reward, _, _, info = env.step(torch.tensor([[1.0, 0.0]]))  # 10 shares of A0, 1 paid in costs
+    assert reward.item() == pytest.approx((10_099.0 - 10_000.0 - 0.0) * 100 / 10_000, rel=1e-6)
+    _, reward, _, _, info = env.step(torch.tensor([[0.0, 0.0]]))  # holds: +110 while the market made 5 % of 10,000
+    assert reward.item() == pytest.approx((110.0 - 500.0) * 100 / 10_000, rel=1e-6)
+    assert info["portfolio_value"].item() == pytest.approx(10_209.0)  # the accounting is the same
+
+
+def test_shuffled_assets_are_one_order_per_episode_for_observations_and_actions_alike():
+    kwargs = {"assets": 5, "days": 600, "episode_days": 20}
+    shuffled = make_vec_env("StockTrading-v0", 4, seed=1, shuffle_assets=True, **kwargs)
+    plain = make_vec_env("StockTrading-v0", 4, seed=1, **kwargs)
+    shuffled.reset(seed=3)
+    plain.reset(seed=3)
+    plain.day = shuffled.day.clone()
+    first_orders = shuffled.order.clone()
+    assert not torch.equal(first_orders, torch.arange(5).expand(4, 5))  # (seeded: some env is shuffled)
+    act = random_trader(5, seed=0)
+    for _ in range(19):
+        order = shuffled.order.clone()
+        action = act(torch.zeros(4, 1))
+        obs, reward, *_ = shuffled.step(action)
+        plain_obs, plain_reward, *_ = plain.step(torch.empty_like(action).scatter_(1, order, action))
+        assert torch.equal(reward, plain_reward)
+        assert torch.equal(obs[:, 1:6], plain_obs[:, 1:6].gather(1, order))  # holdings, slot j = asset order[j]
+        features = plain_obs[:, 6:31].view(4, 5, 5).gather(2, order.unsqueeze(1).expand(-1, 5, -1))
+        assert torch.equal(obs[:, 6:31].view(4, 5, 5), features)
+    shuffled.step(act(torch.zeros(4, 1)))  # the 20th day ends every episode: new orders
+    assert not torch.equal(shuffled.order, first_orders)
+    validation = make_vec_env("StockTrading-v0", 2, shuffle_assets=True, period="validation", **kwargs)
+    validation.reset(seed=0)
+    assert torch.equal(validation.order, torch.arange(5).expand(2, 5))  # scored in the market's own order

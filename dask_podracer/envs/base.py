@@ -31,6 +31,11 @@ class VecEnv(Protocol):
     observations, rewards and `info["episode_return"]` are float32 whatever dtype an env
     simulates in. `info["episode_return"]` and `info["episode_length"]` (int64) are `[B]` and
     meaningful where `terminated | truncated`. Never both terminated and truncated.
+
+    Optional: `info["episode_score"]` `[B]`, what an episode is ranked by when its return is not the
+    measure that matters (the trading env's Sharpe ratio: a return rewards the riskiest bets). Where
+    `terminated | truncated` it is the finished episode's; evaluation (train/evaluate.py) scores an
+    episode by it instead of the return when an env reports it.
     """
 
     num_envs: int

@@ -9,24 +9,30 @@ from dask_podracer.envs import VecEnv
 
 
 def evaluate(agent: Agent, env: VecEnv, seed: int) -> float:
-    """Mean return of the first episode of every env in `env`, acting deterministically."""
-    return float(episode_returns(agent, env, seed).mean())
+    """Mean score of the first episode of every env in `env`, acting deterministically."""
+    return float(episode_scores(agent, env, seed).mean())
 
 
 @torch.no_grad()
-def episode_returns(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
-    """The return of the first episode of every env in `env` (float64 `[num_envs]`), acting deterministically.
+def episode_scores(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
+    """The score of the first episode of every env in `env` (float64 `[num_envs]`), acting deterministically.
 
+    An episode's score is its return, unless the env reports `info["episode_score"]` (envs/base.py): then it is
+    that, as of the step the episode ended (or the last step played, for one still running at the step limit).
     A multi-agent env's rewards `[num_envs, n_agents]` score the team: the mean over agents of each agent's
     return, as its `info["episode_return"]` (envs/multi_agent/base.py)."""
     obs, _ = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+    scores: torch.Tensor | None = None  # the env's own scores, once it reports any
     running = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_steps):
-        obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
+        obs, reward, terminated, truncated, info = env.step(agent.act(obs, deterministic=True))
         team = reward.flatten(1).mean(1) if reward.dim() > 1 else reward
         returns += team.double() * running
+        if "episode_score" in info:
+            reported = info["episode_score"].double()
+            scores = torch.where(running, reported, reported if scores is None else scores)
         running &= ~(terminated | truncated)
         if not bool(running.any()):
             break
-    return returns
+    return returns if scores is None else scores

@@ -16,7 +16,7 @@ from dask_podracer.agents import algorithm_info, finish_training, make_agent
 from dask_podracer.envs import make_vec_env
 from dask_podracer.store import PodracerStore
 from dask_podracer.train.agent_checkpoints import load_parent, result_from_attrs, save_agent
-from dask_podracer.train.evaluate import episode_returns
+from dask_podracer.train.evaluate import episode_scores
 from dask_podracer.train.host_memory import restore_malloc_thresholds
 from dask_podracer.train.spec import SegmentError, SegmentResult, SegmentSpec
 
@@ -59,10 +59,10 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
 
     eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed,
                             **{**spec.env_kwargs, **spec.eval_env_kwargs})
-    returns = episode_returns(agent, eval_env, seed=spec.eval_seed)
-    score = float(returns.mean())
+    scores = episode_scores(agent, eval_env, seed=spec.eval_seed)
+    score = float(scores.mean())
     # the standard error of that mean: how far apart two scores must be before they say something
-    score_stderr = float(returns.std(correction=0)) / math.sqrt(returns.numel())
+    score_stderr = float(scores.std(correction=0)) / math.sqrt(scores.numel())
     eval_seconds = time.perf_counter() - started - train_seconds
     if replay_lost:
         metrics = {**metrics, "replay_rows_lost": float(replay_lost)}

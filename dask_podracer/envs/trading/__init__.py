@@ -49,7 +49,7 @@ def make_stock_trading(num_envs: int, device: str | torch.device = "cpu", seed: 
                        market: str = "synthetic", assets: int = 20, days: int = 2000, market_seed: int = 0,
                        split: list[float] | list[str] = DEFAULT_SPLIT, **options) -> StockTradingVecEnv:
     """`num_envs` portfolios on the market `make_market(market, assets, days, market_seed)`; `split` says where
-    validation and test start; `options` are StockTradingVecEnv's (period, episode_days, initial_cash,
+    validation and test start; `options` are StockTradingVecEnv's (period, episode_days, initial_cash, score,
     max_shares, cost, reward_scale, turbulence, turbulence_threshold, turbulence_quantile, dtype)."""
     return StockTradingVecEnv(num_envs, device, seed, market=make_market(market, assets, days, market_seed),
                               split=tuple(split), **options)

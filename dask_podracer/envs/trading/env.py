@@ -16,7 +16,10 @@ So cash + holdings . price changes over a step by exactly holdings' price change
 (tests/test_trading_env.py). `info` reports, for the step: `clamped_shares` `[B, N]` (shares asked
 for but not traded: sells beyond holdings, buys beyond cash), `clamped` `[B]`, `turbulent` `[B]`,
 `costs` `[B]`, `traded_value` `[B]` (cash value bought plus sold) and `portfolio_value` `[B]` (after
-the step, before any auto-reset), all float64 except the bool flags.
+the step, before any auto-reset), all float64 except the bool flags, and `episode_score` `[B]`: with
+`score = "sharpe"` (the default) the annualised Sharpe ratio of the episode's daily returns so far,
+which evaluation ranks an episode by instead of its return (envs/base.py), so a tournament selects on
+risk-adjusted performance; with `score = "return"` it is left out and the return ranks.
 
 Observation `[B, 2 + 6N]` float32: cash / value, each holding's value / value (N), then for each of
 the five features of date t (the day's return, MACD, RSI, CCI, ADX; market.Market.features) one
@@ -41,6 +44,10 @@ from torch import Tensor
 
 from dask_podracer.envs.base import ResetRows, StepResult, TorchVecEnv
 from dask_podracer.envs.trading.market import DEFAULT_SPLIT, PERIODS, Market
+from dask_podracer.envs.trading.metrics import DAYS_PER_YEAR
+
+SCORES = ("sharpe", "return")
+REWARDS = ("value", "excess")
 
 
 class StockTradingVecEnv(TorchVecEnv):
@@ -51,10 +58,20 @@ class StockTradingVecEnv(TorchVecEnv):
                  episode_days: int = 250, initial_cash: float = 1e6, max_shares: int | None = None,
                  cost: float = 0.001, reward_scale: float | None = None, turbulence: bool = True,
                  turbulence_threshold: float | None = None, turbulence_quantile: float = 0.99,
+                 score: str = "sharpe", reward: str = "value", shuffle_assets: bool = False,
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__(num_envs, device, seed, dtype)
         if period not in PERIODS:
             raise ValueError(f"period must be one of {PERIODS}, got {period!r}")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        self.score = score
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+        self.reward = reward
+        # each train episode shows the assets in an order of its own: a policy can learn what an asset's
+        # indicators say, but not which asset did well in the train period (validation and test keep the order)
+        self.shuffle_assets = bool(shuffle_assets) and period == "train"
         if not 0 <= cost < 1:
             raise ValueError(f"cost must be in [0, 1), got {cost!r}")
         if initial_cash <= 0:
@@ -94,6 +111,11 @@ class StockTradingVecEnv(TorchVecEnv):
         self.day = torch.full((num_envs,), start, dtype=torch.int64, **on)
         self.cash = torch.full((num_envs,), self.initial_cash, dtype=torch.float64, **on)
         self.holdings = torch.zeros(num_envs, n, dtype=torch.float64, **on)
+        # sums of the episode's daily returns and of their squares: its Sharpe ratio at any step
+        self._return_sum = torch.zeros(num_envs, dtype=torch.float64, **on)
+        self._return_square_sum = torch.zeros(num_envs, dtype=torch.float64, **on)
+        # slot j of an env's observation and action is asset order[b, j]
+        self.order = torch.arange(n, **on).expand(num_envs, n).clone()
         self._step_info: dict[str, Tensor] = {}
 
     # -- TorchVecEnv hooks ----------------------------------------------------------------
@@ -106,9 +128,16 @@ class StockTradingVecEnv(TorchVecEnv):
         self.day = rows.put(self.day, start)
         self.cash = rows.fill(self.cash, self.initial_cash)
         self.holdings = rows.fill(self.holdings, 0.0)
+        self._return_sum = rows.fill(self._return_sum, 0.0)
+        self._return_square_sum = rows.fill(self._return_square_sum, 0.0)
+        if self.shuffle_assets:
+            keys = torch.rand(rows.shape(self.num_assets), generator=self.generator, device=self.device)
+            self.order = rows.put(self.order, keys.argsort(dim=1))
 
     def _dynamics(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         action = actions.reshape(self.num_envs, self.num_assets).to(torch.float64).clamp(-1.0, 1.0)
+        if self.shuffle_assets:  # back from the episode's order of slots to the assets'
+            action = torch.empty_like(action).scatter_(1, self.order, action)
         price = self._close[self.day]
         value_before = self.cash + (self.holdings * price).sum(1)
         order = torch.trunc(action * self.max_shares)
@@ -123,16 +152,31 @@ class StockTradingVecEnv(TorchVecEnv):
             "clamped_shares": clamped_shares, "clamped": (clamped_shares > 0).any(1), "turbulent": turbulent,
             "costs": costs, "traded_value": ((sold + bought) * price).sum(1), "portfolio_value": value_after,
         }
-        reward = (value_after - value_before) * self.reward_scale
+        if self.score == "sharpe":
+            daily = value_after / value_before - 1.0
+            self._return_sum = self._return_sum + daily
+            self._return_square_sum = self._return_square_sum + daily * daily
+            self._step_info["episode_score"] = sharpe_ratio(self._return_sum, self._return_square_sum,
+                                                            self.elapsed + 1)
+        change = value_after - value_before
+        if self.reward == "excess":
+            # less what the initial cash made in the equal-weight market that day: prices are the same whatever the
+            # agent does, so this changes no policy's ranking, and it takes the market's noise out of the rewards
+            change = change - self.initial_cash * (self._close[self.day] / price - 1.0).mean(1)
+        reward = change * self.reward_scale
         return reward.to(self.dtype), torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
 
     def _observe(self) -> Tensor:
         price = self._close[self.day]
         held = self.holdings * price
         value = self.cash + held.sum(1)
+        features = self._features[self.day]
+        if self.shuffle_assets:
+            held = held.gather(1, self.order)
+            order = self.order.unsqueeze(1).expand(-1, 5, -1)
+            features = features.view(self.num_envs, 5, self.num_assets).gather(2, order).flatten(1)
         weights = torch.cat([(self.cash / value).unsqueeze(1), held / value.unsqueeze(1)], dim=1)
-        return torch.cat([weights.to(torch.float32), self._features[self.day],
-                          self._turbulence_obs[self.day].unsqueeze(1)], dim=1)
+        return torch.cat([weights.to(torch.float32), features, self._turbulence_obs[self.day].unsqueeze(1)], dim=1)
 
     def step(self, actions: Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = super().step(actions)
@@ -151,6 +195,18 @@ class StockTradingVecEnv(TorchVecEnv):
         self.holdings = torch.as_tensor(holdings, **on).expand(self.num_envs, self.num_assets).clone()
         if day is not None:
             self.day = torch.as_tensor(day, dtype=torch.int64, device=self.device).expand(self.num_envs).clone()
+
+
+def sharpe_ratio(total: Tensor, total_of_squares: Tensor, days: Tensor) -> Tensor:
+    """The annualised Sharpe ratio (no risk-free rate) of `days` daily returns from their sum and sum of squares,
+    with metrics.summary's conventions (sample standard deviation); 0 where it is undefined (under two days, or
+    no variation)."""
+    n = days.to(torch.float64)
+    mean = total / n
+    variance = ((total_of_squares - n * mean * mean) / (n - 1).clamp(min=1.0)).clamp(min=0.0)
+    sd = variance.sqrt()
+    defined = (n > 1) & (sd > 1e-12)
+    return torch.where(defined, mean / sd.clamp(min=1e-12) * math.sqrt(DAYS_PER_YEAR), torch.zeros_like(mean))
 
 
 def execute(order: Tensor, price: Tensor, cash: Tensor, holdings: Tensor, cost: float
