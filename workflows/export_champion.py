@@ -16,6 +16,11 @@ the exported TorchScript policy played in gymnasium itself, one episode per seed
 gymnasium alone (and, for an Env class of your own, its module). The exported checkpoint is pinned in
 the store: retention (`[store]`, `podracer gc`) never deletes it (`podracer pin STORE KEY --unpin` releases it).
 
+A team (ippo, mappo, maddpg on a multi-agent env) is exported as policy.pt, the whole team (joint observations
+[B, n_agents, obs_dim] -> joint actions [B, n_agents, act_dim], agent i in row i), and agent_<i>.pt, each agent
+alone (its own observation -> its own action), listed in the card's `agents` (see team_policies.py); its
+`evaluation` score is the team return, the mean over agents.
+
 A champion trained on an env of your own ("my_envs:Arm") is exported only with `--env my_envs:Arm`:
 the store names that module, and loading a store imports no code you did not name.
 """
@@ -31,9 +36,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_champion.py plays gymnasium episodes
 from replay_champion import play  # noqa: E402
+from team_policies import agent_policies  # noqa: E402
 
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import GymVecEnv, StoredEnvRefused, make_vec_env
+from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import HOW_STEPPED
 from dask_podracer.lineage import family_tree
 from dask_podracer.store import PodracerStore, StoreError
@@ -70,11 +77,14 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
     evaluator = agent if device.type == "cpu" else load_agent(store, key, device=device, replay=False, env=env)
     env_kwargs = attrs.get("env_kwargs", {})
     one_env = make_vec_env(attrs["env"], 1, **env_kwargs)
-    example = torch.as_tensor(one_env.single_observation_space.sample(), dtype=torch.float32).reshape(1, -1)
+    team = is_multi_agent(one_env)
+    example = torch.as_tensor(one_env.single_observation_space.sample(), dtype=torch.float32)
+    example = example.unsqueeze(0) if team else example.reshape(1, -1)  # a team's: [1, n_agents, obs_dim]
     policy = _Policy(agent).requires_grad_(False)  # a traced graph keeps no no_grad context: drop grads here
-    scripted = torch.jit.trace(policy, example.repeat(4, 1), check_trace=False)
+    scripted = torch.jit.trace(policy, torch.cat([example] * 4), check_trace=False)
     out.mkdir(parents=True, exist_ok=True)
     scripted.save(str(out / "policy.pt"))
+    agents = agent_policies(scripted, one_env, out) if team else None
     card = {
         "key": key, "env": attrs["env"], "env_kwargs": env_kwargs, "algorithm": attrs["algorithm"],
         "score": attrs["score"],
@@ -87,6 +97,8 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "observation_shape": list(one_env.single_observation_space.shape),
         "action_space": str(one_env.single_action_space),
     }
+    if agents is not None:
+        card["agents"] = agents
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 
@@ -113,6 +125,8 @@ def _evaluation(agent, env_name: str, episodes: int, seed: int, env_kwargs: dict
     running = torch.ones(episodes, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_steps):
         obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
+        if reward.dim() > 1:  # a team's reward per agent: its score is the mean over agents (train/evaluate.py)
+            reward = reward.mean(-1)
         returns += reward.double() * running
         running &= ~(terminated | truncated)
     return {"seed": seed, "episodes": episodes, "device": str(env.device), "score": float(returns.mean()),

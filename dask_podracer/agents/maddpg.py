@@ -16,6 +16,10 @@ One replay row is one env step of the whole team (agents/replay.py's buffer, wit
 update schedule is the single-agent off-policy one: `utd_ratio` updates per team transition, fractions
 carried over, from `learning_starts` transitions on. The team is one agent to the tournament: one checkpoint
 (networks, targets, optimizers, the replay buffer).
+
+Per-agent dones (`info["agent_done"]`, envs/multi_agent/base.py): the transition an agent leaves on is terminal
+for it (y_i = r_i), and its later transitions of that episode are masked out of its critic and actor terms
+(the replay keeps a terminated and an alive flag per agent); the other agents' terms are unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
-from dask_podracer.agents.mappo import per_agent, with_agent_id
+from dask_podracer.agents.mappo import agent_ends, per_agent, with_agent_id
 from dask_podracer.agents.networks import ActionScale, mlp, soft_update
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
@@ -121,11 +125,44 @@ class CentralQ(nn.Module):
 
 def maddpg_targets(critic_target: CentralQ, actor_target: TeamActor, reward: Tensor, next_obs: Tensor,
                    terminated: Tensor, gamma: float) -> Tensor:
-    """Each agent's TD target `[N, n_agents]` from rewards `[N, n_agents]`, next obs `[N, n, obs_dim]` and the
-    team's terminated flags `[N]` (see the module docstring)."""
+    """Each agent's TD target `[N, n_agents]` from rewards `[N, n_agents]`, next obs `[N, n, obs_dim]` and
+    terminated flags, the team's `[N]` or each agent's `[N, n_agents]` (see the module docstring)."""
     with torch.no_grad():
         next_q = critic_target(next_obs, actor_target(next_obs))
-        return reward + gamma * (1.0 - terminated).unsqueeze(-1) * next_q
+        if terminated.dim() == 1:
+            terminated = terminated.unsqueeze(-1)
+        return reward + gamma * (1.0 - terminated) * next_q
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """The mean of `x` over the entries where `mask` (0/1, x's shape) is 1."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+class TeamReplay(ReplayBuffer):
+    """agents/replay.py's buffer of team transitions, with a reward, a terminated flag and an alive flag (the
+    agent was still in its episode) per agent: `[capacity, n_agents]` each."""
+
+    fields = (*ReplayBuffer.fields, "alive")
+
+    def __init__(self, capacity: int, n_agents: int, obs_dim: int, act_dim: int, device: torch.device) -> None:
+        super().__init__(capacity, n_agents * obs_dim, n_agents * act_dim, device)
+        for key in ("reward", "terminated", "alive"):
+            self.data[key] = torch.zeros(self.capacity, n_agents, device=device)
+
+    def add_team(self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor, terminated: Tensor,
+                 alive: Tensor) -> None:
+        """Append a batch: obs, next_obs `[B, n * obs_dim]`, action `[B, n * act_dim]`, the rest `[B, n]`."""
+        rows = (self.position + torch.arange(obs.shape[0], device=self.device)) % self.capacity
+        self.data["alive"][rows] = alive.to(torch.float32)  # before add(), which moves the position on
+        self.add(obs, action, reward, next_obs, terminated)
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        n = self.data["alive"].shape[1]
+        if "alive" not in state:  # a checkpoint from before per-agent dones: team flags, every agent alive
+            state = {**state, "terminated": state["terminated"].reshape(-1, 1).expand(-1, n),
+                     "alive": torch.ones_like(state["reward"])}
+        super().load_state_dict(state)
 
 
 class MADDPGAgent:
@@ -156,9 +193,8 @@ class MADDPGAgent:
         self.actor_optimizer = adam(self.actor.parameters(), config.actor_lr)
         self.critic_optimizer = adam(self.critic.parameters(), config.critic_lr)
         self.generator = torch.Generator(self.device).manual_seed(seed + 1)
-        n, d, a = self.n_agents, self.obs_dim, self.act_dim
-        self.replay = ReplayBuffer(config.buffer_size, n * d, n * a, self.device)
-        self.replay.data["reward"] = torch.zeros(config.buffer_size, n, device=self.device)  # a reward per agent
+        self.replay = TeamReplay(config.buffer_size, self.n_agents, self.obs_dim, self.act_dim, self.device)
+        self.alive = torch.ones(config.num_envs, self.n_agents, dtype=torch.bool, device=self.device)
         self.updates = 0
         self._owed = 0.0  # fractional updates carried to the next iteration
 
@@ -186,7 +222,11 @@ class MADDPGAgent:
                 obs = obs.to(torch.float32)
                 unit = self._explore(obs)
                 next_obs, reward, terminated, truncated, info = env.step(self.scale(unit))
-                self.replay.add(obs.flatten(1), unit.flatten(1), reward, info["final_obs"].flatten(1), terminated)
+                agent_terminated, _ = agent_ends(terminated, truncated, info.get("agent_done"), self.n_agents)
+                self.replay.add_team(obs.flatten(1), unit.flatten(1), reward, info["final_obs"].flatten(1),
+                                     agent_terminated, self.alive)
+                self.alive = ~info["agent_done"] if "agent_done" in info else torch.ones_like(self.alive)
+                self.alive |= (terminated | truncated).unsqueeze(-1)  # a new episode brings every agent back
                 done = (terminated | truncated).float()
                 ep_return_sum += (info["episode_return"] * done).sum()
                 ep_count += done.sum()
@@ -208,10 +248,11 @@ class MADDPGAgent:
         actions = batch["action"].unflatten(1, (n, self.act_dim))
         target = maddpg_targets(self.critic_target, self.actor_target, batch["reward"] * cfg.reward_scale,
                                 next_obs, batch["terminated"], cfg.gamma)
+        alive = batch["alive"]  # [N, n]: agent i's terms count only while it was in its episode
         q = self.critic(obs, actions)
-        critic_loss = 0.5 * (q - target).pow(2).mean()
+        critic_loss = 0.5 * masked_mean((q - target).pow(2), alive)
         regress(self.critic_optimizer, critic_loss)
-        actor_loss = -self.critic(obs, self.actor(obs)).mean()
+        actor_loss = -masked_mean(self.critic(obs, self.actor(obs)), alive)
         regress(self.actor_optimizer, actor_loss)  # the critic's grads it leaves are zeroed by its next update
         soft_update(self.actor_target, self.actor, cfg.tau)
         soft_update(self.critic_target, self.critic, cfg.tau)

@@ -13,6 +13,11 @@ truncation from the env's `final_obs`; the losses are PPO's clipped surrogate an
 (agents/ppo.py) averaged over agents and samples. One rollout sample is one env step of the whole team, so
 a minibatch never splits a team: the centralised critic always sees its whole input. The team is one
 agent to the rest of dask_podracer: one `state_dict`, one checkpoint, one score.
+
+Per-agent dones: an env may say which agents are out of the episode while their team plays on
+(`info["agent_done"]`, envs/multi_agent/base.py). The step an agent leaves on is a terminal step for it (its
+GAE is cut there, nothing bootstrapped), and its later steps of that episode are masked out of every loss
+(`alive_mask`); the rest of the team, and the centralised critic's input, go on as before.
 """
 
 from __future__ import annotations
@@ -121,6 +126,31 @@ def with_agent_id(obs: Tensor) -> Tensor:
 def per_agent(nets: nn.ModuleList, x: Tensor) -> Tensor:
     """Network i applied to agent i's row: x `[..., n_agents, d]` -> `[..., n_agents, out]`."""
     return torch.stack([net(x[..., i, :]) for i, net in enumerate(nets)], dim=-2)
+
+
+def agent_ends(terminated: Tensor, truncated: Tensor, agent_done: Tensor | None,
+               n_agents: int) -> tuple[Tensor, Tensor]:
+    """Each agent's terminated and truncated flags `[B, n_agents]` from its team's `[B]` and the env's
+    `info["agent_done"]` `[B, n_agents]` (None: no agent leaves early). An agent that is done is terminated:
+    it has nothing to bootstrap from, whether or not its team goes on."""
+    term = terminated.unsqueeze(-1).expand(-1, n_agents)
+    trunc = truncated.unsqueeze(-1).expand(-1, n_agents)
+    if agent_done is None:
+        return term, trunc
+    term = term | agent_done
+    return term, trunc & ~term
+
+
+def alive_mask(agent_done: Tensor, team_dones: Tensor, alive: Tensor) -> tuple[Tensor, Tensor]:
+    """Which agents were still in their episode at each step: agent_done `[T, B, n_agents]` (after step t),
+    team_dones `[T, B]`, alive `[B, n_agents]` at step 0. Returns the mask `[T, B, n_agents]` (true: the step
+    counts for that agent) and the alive flags for the step after the last. A team's episode ending brings all
+    its agents back."""
+    mask = torch.empty_like(agent_done)
+    for t in range(agent_done.shape[0]):
+        mask[t] = alive
+        alive = ~agent_done[t] | team_dones[t].unsqueeze(-1)
+    return mask, alive
 
 
 def agent_gae(rewards: Tensor, values: Tensor, next_values: Tensor, terminated: Tensor, dones: Tensor,
@@ -244,6 +274,10 @@ class MAPPOAgent:
         # agent i of env b is "env" b * n_agents + i of the buffer: per-agent rows are [T, B * n_agents]
         self.buffer = RolloutBuffer(config.rollout_steps, config.num_envs * self.n_agents, self.obs_dim,
                                     (self.act_dim,), torch.float32, self.device)
+        shape = (config.rollout_steps, config.num_envs, self.n_agents)
+        self.agent_done = torch.zeros(shape, dtype=torch.bool, device=self.device)  # info["agent_done"] per step
+        self.team_dones = torch.zeros(shape[:2], dtype=torch.bool, device=self.device)
+        self.alive = torch.ones(shape[1:], dtype=torch.bool, device=self.device)  # at the next rollout's start
         self.iterations = 0
 
     def _team(self, x: Tensor) -> Tensor:
@@ -272,10 +306,12 @@ class MAPPOAgent:
             action, log_prob = self.actor.sample(obs, self.generator)
             value = self.critic(obs)
             next_obs, reward, terminated, truncated, info = env.step(self.actor.env_action(obs, action))
-            n = self.n_agents
+            agent_term, agent_trunc = agent_ends(terminated, truncated, info.get("agent_done"), self.n_agents)
             buf.add(t, obs.flatten(0, 1), action.flatten(0, 1), log_prob.flatten(), value.flatten(),
                     reward.flatten() * cfg.reward_scale, info["final_obs"].to(torch.float32).flatten(0, 1),
-                    terminated.repeat_interleave(n), truncated.repeat_interleave(n))
+                    agent_term.flatten(), agent_trunc.flatten())
+            self.agent_done[t] = info.get("agent_done", False)
+            self.team_dones[t] = terminated | truncated
             done = (terminated | truncated).float()
             ep_return_sum += (info["episode_return"] * done).sum()
             ep_count += done.sum()
@@ -288,26 +324,29 @@ class MAPPOAgent:
         team = self._team
         with torch.no_grad():
             next_values = self.critic(team(buf.final_obs))
-            terminated, dones = team(buf.terminated)[..., 0], team(buf.dones)[..., 0]
-            advantages, returns = agent_gae(team(buf.rewards), team(buf.values), next_values, terminated, dones,
-                                            cfg.gamma, cfg.gae_lambda)
+            advantages, returns = agent_gae(team(buf.rewards), team(buf.values), next_values, team(buf.terminated),
+                                            team(buf.dones), cfg.gamma, cfg.gae_lambda)
+            alive, self.alive = alive_mask(self.agent_done, self.team_dones, self.alive)
         flat = {  # one sample per team step: [T * B, n_agents, ...]
             "obs": team(buf.obs).flatten(0, 1), "actions": team(buf.actions).flatten(0, 1),
             "log_probs": team(buf.log_probs).flatten(0, 1), "values": team(buf.values).flatten(0, 1),
-            "advantages": advantages.flatten(0, 1), "returns": returns.flatten(0, 1),
+            "advantages": advantages.flatten(0, 1), "returns": returns.flatten(0, 1), "alive": alive.flatten(0, 1),
         }
         totals: dict[str, Tensor] = {}
         updates = 0
         for _ in range(cfg.epochs):
             order = torch.randperm(cfg.batch_size, generator=self.generator, device=self.device)
             for idx in order.tensor_split(cfg.num_minibatches):
+                if not bool(flat["alive"][idx].any()):  # every agent of these samples was out: nothing to learn
+                    continue
                 stats = self._update({k: v[idx] for k, v in flat.items()})
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 updates += 1
         self.iterations += 1
-        metrics = {k: float(v) / updates for k, v in totals.items()}
-        metrics["explained_variance"] = float(explained_variance(flat["values"], flat["returns"]))
+        metrics = {k: float(v) / max(updates, 1) for k, v in totals.items()}
+        metrics["explained_variance"] = float(explained_variance(flat["values"][flat["alive"]],
+                                                                 flat["returns"][flat["alive"]]))
         metrics["updates"] = float(updates)
         if float(ep_count) > 0:
             metrics["episode_return"] = float(ep_return_sum) / float(ep_count)
@@ -317,17 +356,19 @@ class MAPPOAgent:
         """Nothing runs between iterations: each `train_iteration` ends with its updates made."""
 
     def _update(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step on a minibatch of team samples (`[N, n_agents, ...]`); returns detached scalars."""
+        """One gradient step on a minibatch of team samples (`[N, n_agents, ...]`); returns detached scalars.
+        Every loss is a mean over the (sample, agent) pairs whose agent was still in its episode (`alive`)."""
         cfg = self.config
+        alive = mb["alive"]
         log_prob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["actions"])
-        advantages = mb["advantages"]
+        advantages = mb["advantages"][alive]
         if cfg.normalize_advantages and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        pg_loss, clip_fraction, approx_kl = clipped_surrogate_loss(log_prob.flatten(), mb["log_probs"].flatten(),
-                                                                   advantages.flatten(), cfg.clip_coef)
-        v_loss = value_loss(self.critic(mb["obs"]).flatten(), mb["values"].flatten(), mb["returns"].flatten(),
+        pg_loss, clip_fraction, approx_kl = clipped_surrogate_loss(log_prob[alive], mb["log_probs"][alive],
+                                                                   advantages, cfg.clip_coef)
+        v_loss = value_loss(self.critic(mb["obs"])[alive], mb["values"][alive], mb["returns"][alive],
                             cfg.clip_value)
-        entropy = entropy.mean()
+        entropy = entropy[alive].mean()
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
         regress(self.optimizer, loss, cfg.max_grad_norm, self.params)
         return {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy.detach(),

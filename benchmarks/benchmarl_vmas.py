@@ -1,0 +1,288 @@
+"""Our MAPPO and our tournament against BenchMARL's MAPPO on VMAS navigation and balance, at equal wall-clock.
+
+    python benchmarks/benchmarl_vmas.py [--task navigation balance] [--minutes 10 | --quick] [--out DIR]
+
+Three runs per task, one after another (never side by side: they would share the 2 cores):
+
+1. BenchMARL 1.5.2's MAPPO with its tuned VMAS settings (the BenchMARL repository's fine_tuned/vmas/conf/config.yaml:
+   gamma 0.9, lr 5e-5, 60,000 frames from 600 envs per iteration, 45 passes of 4096-frame minibatches, 200
+   deterministic evaluation episodes every 120,000 frames), its package's task yaml (conf/task/vmas/<task>.yaml)
+   and algorithm yaml (conf/algorithm/mappo.yaml), on the CPU, for `--minutes`. It runs in its own venv
+   (`--benchmarl-python`, default /work/venv-benchmarl/bin/python: BenchMARL's torchrl and tensordict pins
+   stay out of ours), as this same file with `benchmarl-run`, and writes its evaluations (wall-clock, frames,
+   return) to JSON; its CSV logger writes the rest under the same folder.
+2. Our MAPPO alone (agents/mappo.py, the hparams of workflows/configs/vmas_<task>.toml, one torch thread),
+   evaluated on 200 deterministic episodes every `--eval-every` seconds (evaluation time counts against
+   it), until it reaches BenchMARL's final return or the wall-clock is spent.
+3. Our tournament: `podracer train workflows/configs/vmas_<task>.toml --budget <minutes>`; its best
+   leaderboard entry is re-evaluated on 200 fresh episodes (a best of many noisy scores is biased up).
+
+Returns are comparable: BenchMARL's evaluation return is each episode's reward summed over steps and averaged
+over agents, then over episodes, which is our team score (docs/multi_agent.md); the scenario kwargs of our
+config must equal BenchMARL's task yaml (checked: the run refuses otherwise); one frame is one env step of
+the team in both. Prints the figures; the last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = ("navigation", "balance")
+FINE_TUNED = {  # BenchMARL's fine_tuned/vmas/conf/config.yaml, the experiment section, less devices and loggers
+    "gamma": 0.9, "lr": 0.00005, "clip_grad_norm": True, "clip_grad_val": 5,
+    "share_policy_params": True, "prefer_continuous_actions": True,
+    "on_policy_collected_frames_per_batch": 60_000, "on_policy_n_envs_per_worker": 600,
+    "on_policy_n_minibatch_iters": 45, "on_policy_minibatch_size": 4096,
+    "evaluation": True, "evaluation_interval": 120_000, "evaluation_episodes": 200, "max_n_frames": 10_000_000,
+}
+EVAL_EPISODES = 200
+EVAL_SEED = 12345
+
+
+# -- BenchMARL's side (runs in the BenchMARL venv) ---------------------------------------------
+
+try:  # BenchMARL pickles its callbacks: ours must be importable from this module, so defined at its top
+    from benchmarl.experiment import Callback as _BenchmarlCallback
+except ImportError:  # our venv: only the comparison half runs here
+    _BenchmarlCallback = object
+
+
+class OutOfTime(Exception):
+    """Raised from a callback: BenchMARL's loop has no wall-clock limit of its own."""
+
+
+class WallClock(_BenchmarlCallback):
+    """Records every evaluation (wall-clock since `start`, frames, return) and stops the run at `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.start, self.cpu_start = time.monotonic(), time.process_time()
+        self.evaluations: list[dict] = []
+
+    def on_batch_collected(self, batch) -> None:
+        if time.monotonic() - self.start > self.seconds:
+            raise OutOfTime
+
+    def on_evaluation_end(self, rollouts) -> None:
+        returns = []  # as BenchMARL's logger: cut at the first done, sum over steps, mean over agents
+        for r in rollouts:
+            done = r.get(("next", "done")).reshape(r.batch_size[0], -1).any(-1).nonzero()
+            r = r[: int(done[0]) + 1] if done.numel() else r
+            returns.append(float(r.get(("next", "agents", "reward")).sum(0).mean()))
+        self.evaluations.append({"wall_s": time.monotonic() - self.start, "cpu_s": time.process_time() - self.cpu_start,
+                                 "frames": self.experiment.total_frames, "return": sum(returns) / len(returns),
+                                 "episodes": len(returns), "iterations": self.experiment.n_iters_performed + 1})
+
+
+def run_benchmarl(task_name: str, seconds: float, out: Path, seed: int) -> dict:
+    """BenchMARL's MAPPO on `task_name` for `seconds` of wall-clock; its evaluations and task config."""
+    import torch
+    from benchmarl.algorithms import MappoConfig
+    from benchmarl.environments import VmasTask
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models.mlp import MlpConfig
+
+    config = ExperimentConfig.get_from_yaml()
+    for key, value in FINE_TUNED.items():
+        setattr(config, key, value)
+    config.sampling_device = config.train_device = config.buffer_device = "cpu"
+    config.loggers, config.render, config.create_json = ["csv"], False, False
+    config.save_folder, config.checkpoint_interval, config.checkpoint_at_end = str(out), 0, False
+    out.mkdir(parents=True, exist_ok=True)
+    task = getattr(VmasTask, task_name.upper()).get_from_yaml()
+    clock = WallClock(seconds)
+    experiment = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
+                            model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+                            seed=seed, config=config, callbacks=[clock])
+    clock.start, clock.cpu_start = time.monotonic(), time.process_time()
+    try:
+        experiment.run()
+    except OutOfTime:
+        pass
+    return {"task": task_name, "task_config": dict(task.config), "seconds": seconds, "seed": seed,
+            "torch_threads": torch.get_num_threads(), "experiment": FINE_TUNED, "evaluations": clock.evaluations,
+            "frames": experiment.total_frames, "folder": str(experiment.folder_name)}
+
+
+# -- our side ----------------------------------------------------------------------------------
+
+def our_env_kwargs(task_config: dict) -> dict:
+    """BenchMARL's VMAS task yaml as our env_kwargs: its `max_steps` is our `max_episode_steps`."""
+    kwargs = {k: v for k, v in task_config.items() if k != "max_steps"}
+    return {**kwargs, "max_episode_steps": task_config["max_steps"]}
+
+
+def check_comparable(config_path: Path, task_config: dict) -> None:
+    """Refuse a comparison whose scenario differs from BenchMARL's (agents, episode length, rewards)."""
+    from dask_podracer.config import load_config
+
+    ours, theirs = dict(load_config(config_path).run.env_kwargs), our_env_kwargs(task_config)
+    if ours != theirs:
+        raise SystemExit(f"{config_path}: run.env_kwargs {ours} differ from BenchMARL's task {theirs}: "
+                         f"the returns would not be comparable")
+
+
+def first_reaching(curve: list[dict], target: float) -> dict | None:
+    """The first point of a (wall_s, return) curve whose return is at least `target`."""
+    return next((p for p in curve if p["return"] >= target), None)
+
+
+def run_our_mappo(config_path: Path, seconds: float, target: float, eval_every: float, seed: int) -> dict:
+    """Our MAPPO alone, one torch thread, until it reaches `target` or `seconds` pass; its evaluation curve."""
+    import torch
+
+    from dask_podracer.agents.base import make_agent
+    from dask_podracer.config import load_config
+    from dask_podracer.envs import make_vec_env
+    from dask_podracer.train.evaluate import episode_scores
+
+    torch.set_num_threads(1)
+    config = load_config(config_path)
+    hparams, env_kwargs = dict(config.hparams), dict(config.run.env_kwargs)
+    torch.manual_seed(seed)
+    env = make_vec_env(config.run.env, hparams["num_envs"], seed=seed, **env_kwargs)
+    eval_env = make_vec_env(config.run.env, EVAL_EPISODES, seed=EVAL_SEED, **env_kwargs)
+    agent = make_agent(config.run.algorithm, env.single_observation_space, env.single_action_space, hparams)
+    start, cpu_start = time.monotonic(), time.process_time()
+    obs, _ = env.reset(seed=seed)
+    frames, next_eval, curve = 0, 0.0, []
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed >= next_eval or elapsed >= seconds:
+            score = float(episode_scores(agent, eval_env, EVAL_SEED).mean())
+            curve.append({"wall_s": time.monotonic() - start, "cpu_s": time.process_time() - cpu_start,
+                          "frames": frames, "return": score})
+            next_eval = elapsed + eval_every
+            if score >= target or elapsed >= seconds:
+                break
+        obs, steps, _ = agent.train_iteration(env, obs)
+        frames += steps
+    return {"algorithm": config.run.algorithm, "hparams": {k: v for k, v in hparams.items()
+                                                            if not isinstance(v, tuple)}, "curve": curve}
+
+
+def run_our_tournament(config_path: Path, seconds: float, out: Path) -> dict:
+    """`podracer train` on the config for `seconds`; its best entry, re-evaluated on 200 fresh episodes."""
+    import torch
+
+    from dask_podracer.envs import make_vec_env
+    from dask_podracer.store import PodracerStore
+    from dask_podracer.train.agent_checkpoints import load_agent
+    from dask_podracer.train.evaluate import episode_scores
+
+    store, summary = out / "tournament.zarr", out / "tournament.json"
+    command = [sys.executable, "-m", "dask_podracer.cli", "train", str(config_path), "--store", str(store),
+               "--budget", f"{int(seconds)}s", "--json", str(summary), "--quiet"]
+    started = time.monotonic()
+    subprocess.run(command, cwd=REPO, check=True)
+    wall = time.monotonic() - started
+    board = PodracerStore(str(store)).read_leaderboard()
+    history = [r for r in PodracerStore(str(store)).read_history() if r["status"] == "finished"]
+    best = board[0]
+    torch.set_num_threads(1)
+    agent = load_agent(PodracerStore(str(store)), best["key"], replay=False)
+    attrs = PodracerStore(str(store)).checkpoint_attrs(best["key"])
+    eval_env = make_vec_env(attrs["env"], EVAL_EPISODES, seed=EVAL_SEED, **attrs.get("env_kwargs", {}))
+    fresh = float(episode_scores(agent, eval_env, EVAL_SEED).mean())
+    curve, top = [], float("-inf")
+    for r in sorted(history, key=lambda r: r["wall_seconds"]):
+        top = max(top, r["score"])
+        curve.append({"wall_s": r["wall_seconds"], "frames": r["run_env_steps"], "return": top})
+    return {"command": " ".join(command[1:]), "process_wall_s": wall, "segments": len(history),
+            "worker_train_s": sum(r.get("train_seconds") or 0.0 for r in history),
+            "env_steps": max((r["run_env_steps"] for r in history), default=0), "best_key": best["key"],
+            "best_score": best["score"], "best_fresh_eval": fresh, "first_score": history[0]["score"],
+            "best_curve": curve}
+
+
+def compare(task: str, minutes: float, out: Path, python: str, eval_every: float, seed: int) -> dict:
+    seconds = minutes * 60
+    folder = out / task
+    folder.mkdir(parents=True, exist_ok=True)
+    bench_json = folder / "benchmarl.json"
+    subprocess.run(["nice", python, str(Path(__file__).resolve()), "benchmarl-run", task, str(seconds),
+                    str(folder / "benchmarl"), str(bench_json), "--seed", str(seed)], check=True)
+    bench = json.loads(bench_json.read_text())
+    config_path = REPO / "workflows" / "configs" / f"vmas_{task}.toml"
+    check_comparable(config_path, bench["task_config"])
+    evals = bench["evaluations"]
+    final = evals[-1]
+    reached = first_reaching(evals, final["return"])
+    ours = run_our_mappo(config_path, seconds, final["return"], eval_every, seed)
+    ours_reached = first_reaching(ours["curve"], final["return"])
+    tournament = run_our_tournament(config_path, seconds, folder)
+    result = {
+        "task": task, "minutes": minutes, "scenario": bench["task_config"],
+        "benchmarl": {"final_return": final["return"], "final_wall_s": final["wall_s"], "frames": bench["frames"],
+                      "time_to_final_s": reached["wall_s"], "cpu_to_final_s": reached["cpu_s"],
+                      "torch_threads": bench["torch_threads"], "evaluations": evals},
+        "our_mappo": {"time_to_benchmarl_final_s": ours_reached["wall_s"] if ours_reached else None,
+                      "cpu_to_benchmarl_final_s": ours_reached["cpu_s"] if ours_reached else None,
+                      "frames_to_benchmarl_final": ours_reached["frames"] if ours_reached else None,
+                      "last_return": ours["curve"][-1]["return"], "curve": ours["curve"]},
+        "tournament": tournament,
+    }
+    b, o = result["benchmarl"], result["our_mappo"]
+    print(f"{task}: BenchMARL MAPPO final return {b['final_return']:.3f} at {b['final_wall_s']:.0f} s "
+          f"({b['frames']:,} frames, {final['iterations']} iterations, {final['cpu_s']:.0f} CPU s), "
+          f"first reached at {b['time_to_final_s']:.0f} s")
+    if o["time_to_benchmarl_final_s"] is None:
+        print(f"{task}: our MAPPO did not reach it in {seconds:.0f} s (last {o['last_return']:.3f})")
+    else:
+        print(f"{task}: our MAPPO reached it at {o['time_to_benchmarl_final_s']:.0f} s "
+              f"({o['frames_to_benchmarl_final']:,} frames, {ours_reached['cpu_s']:.0f} CPU s), "
+              f"{o['time_to_benchmarl_final_s'] / b['time_to_final_s']:.2f} of BenchMARL's time")
+    print(f"{task}: tournament best {tournament['best_score']:.3f} (re-evaluated on {EVAL_EPISODES} episodes: "
+          f"{tournament['best_fresh_eval']:.3f}) vs BenchMARL {b['final_return']:.3f} at {minutes:g} min; "
+          f"{tournament['segments']} segments, first {tournament['first_score']:.3f}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["benchmarl-run"]:  # the BenchMARL half, in BenchMARL's venv
+        parser = argparse.ArgumentParser(prog="benchmarl_vmas.py benchmarl-run")
+        parser.add_argument("task", choices=TASKS)
+        parser.add_argument("seconds", type=float)
+        parser.add_argument("folder", type=Path)
+        parser.add_argument("json", type=Path)
+        parser.add_argument("--seed", type=int, default=0)
+        args = parser.parse_args(argv[1:])
+        args.json.write_text(json.dumps(run_benchmarl(args.task, args.seconds, args.folder, args.seed)) + "\n")
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock of each run (default 10)")
+    parser.add_argument("--quick", action="store_true", help="2 minutes a run")
+    parser.add_argument("--eval-every", type=float, default=15.0, help="seconds between our MAPPO's evaluations")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("runs/benchmarl_vmas"))
+    parser.add_argument("--benchmarl-python", default=os.environ.get("BENCHMARL_PYTHON",
+                                                                     "/work/venv-benchmarl/bin/python"))
+    args = parser.parse_args(argv)
+    minutes = 2.0 if args.quick else args.minutes
+    results = [compare(task, minutes, args.out.resolve(), args.benchmarl_python, args.eval_every, args.seed)
+               for task in args.task]
+    summary = [{"task": r["task"], "minutes": r["minutes"],
+                "benchmarl_final_return": r["benchmarl"]["final_return"],
+                "benchmarl_time_to_final_s": r["benchmarl"]["time_to_final_s"],
+                "our_mappo_time_to_benchmarl_final_s": r["our_mappo"]["time_to_benchmarl_final_s"],
+                "benchmarl_cpu_to_final_s": r["benchmarl"]["cpu_to_final_s"],
+                "our_mappo_cpu_to_benchmarl_final_s": r["our_mappo"]["cpu_to_benchmarl_final_s"],
+                "tournament_best": r["tournament"]["best_score"],
+                "tournament_best_fresh_eval": r["tournament"]["best_fresh_eval"]} for r in results]
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
