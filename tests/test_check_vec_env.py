@@ -9,9 +9,9 @@ from dask_podracer.envs import PendulumVecEnv, canonical_env_name, make_vec_env,
 from dask_podracer.envs.checker import VecEnvCheckError, check_vec_env
 from dask_podracer.envs.wrappers import EpisodeStatistics
 
-# A whole WarpAnt episode is 1000 steps at ~0.1-0.3 s each on this CPU: its checker runs (the
-# plain one and one forced through terminations) share one compiled env in that module.
-CHECKED_ELSEWHERE = {"WarpAnt-v0": "checked in tests/test_envs_warp.py"}
+# A whole Warp episode is 1000 steps at ~0.03-0.3 s each on this CPU: each Warp task's checker runs
+# (through truncations of 3-step episodes, and through terminations) are in that module.
+CHECKED_ELSEWHERE = {n: "checked in tests/test_envs_warp.py" for n in registered_envs() if n.startswith("Warp")}
 REGISTERED = sorted({canonical_env_name(n) for n in registered_envs()  # aliases share a class
                      if not n.startswith(("vmas:", "mpe2:"))})  # multi-agent: tests/test_multi_agent_envs.py checks them
 

@@ -11,7 +11,7 @@ from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
 from dask_podracer.envs.registry import (StoredEnvRefused, canonical_env_name, check_env_named, make_vec_env,
                                          register_env, registered_envs)
-from dask_podracer.envs.warp_ant import WarpAntVecEnv
+from dask_podracer.envs.warp import WarpVecEnv
 from dask_podracer.envs.wrappers import EpisodeStatistics, NormalizeObservation, NormalizeReward, VecEnvWrapper
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "VecEnv",
     "VecEnvCheckError",
     "VecEnvWrapper",
-    "WarpAntVecEnv",
+    "WarpVecEnv",
     "canonical_env_name",
     "check_env_named",
     "check_vec_env",

@@ -1,10 +1,11 @@
 """Env names -> constructors, so a config can name an env and a worker can build it.
 
-Three kinds of name: a registered one ("Pendulum-v1"), any gymnasium id as "gym:<id>"
-(gymnasium's own "gym:<module>:<id>" imports the module that registers it first), and
-your own env as "<module>:<name>", imported by that path wherever it is built: a VecEnv
-class or factory taking `num_envs`, `device` and `seed`, or a `gymnasium.Env` class,
-which gymnasium's vector envs step. A checkpoint records the name, so whatever
+Four kinds of name: a registered one ("Pendulum-v1"), any gymnasium id as "gym:<id>"
+(gymnasium's own "gym:<module>:<id>" imports the module that registers it first), any
+task of mjlab's registry as "mjlab:<task id>" (envs/mjlab_adapter.py), and your own env
+as "<module>:<name>", imported by that path wherever it is built: a VecEnv class or factory
+taking `num_envs`, `device` and `seed`, or a `gymnasium.Env` class, which gymnasium's vector
+envs step. A checkpoint records the name, so whatever
 loads it later (a segment on another worker, `load_agent`, the workflows) builds the
 same env from it.
 
@@ -26,13 +27,17 @@ from dask_podracer.envs.base import VEC_ENV_MEMBERS, VecEnv
 from dask_podracer.envs.cartpole import CartPoleVecEnv
 from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
 from dask_podracer.envs.gym_adapter import is_gym_env_class, make_gym_env_class_vec_env, make_gym_vec_env
+from dask_podracer.envs.mjlab_adapter import PREFIX as MJLAB_PREFIX
+from dask_podracer.envs.mjlab_adapter import make_mjlab_vec_env
 from dask_podracer.envs.mountain_car import MountainCarContinuousVecEnv, MountainCarVecEnv
+from dask_podracer.envs.mujoco_batched import mujoco_factory
+from dask_podracer.envs.mujoco_tasks import TASKS as MUJOCO_TASKS
 from dask_podracer.envs.multi_agent.pettingzoo_adapter import MPE2_ENVS, mpe2_factory
 from dask_podracer.envs.multi_agent.vmas_adapter import VMAS_SCENARIOS, vmas_factory
 from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
 from dask_podracer.envs.trading import make_stock_trading
-from dask_podracer.envs.warp_ant import make_warp_ant
+from dask_podracer.envs.warp import WARP_ENVS
 
 EnvFactory = Callable[..., VecEnv]
 
@@ -69,12 +74,16 @@ def _factory(name: str) -> EnvFactory:
     # "gym:<id>" reaches any gymnasium env through its vector envs, without registering each id.
     if name.startswith(GYM_PREFIX):
         return lambda **kwargs: make_gym_vec_env(name, **kwargs)
+    # "mjlab:<task id>": any task in mjlab's registry, which only mjlab itself can list (imported when built)
+    if name.startswith(MJLAB_PREFIX):
+        return lambda **kwargs: make_mjlab_vec_env(name, **kwargs)
     if name in _REGISTRY:
         return _REGISTRY[name]
     if IMPORT_PATH.fullmatch(name):
         return _imported(name)
     known = ", ".join(registered_envs())
     raise ValueError(f"unknown env {name!r}; known envs: {known}; or any gymnasium id as 'gym:<id>', "
+                     f"or an mjlab task as 'mjlab:<task id>', "
                      f"or your own VecEnv class or factory, or gymnasium Env class, as '<module>:<name>'")
 
 
@@ -132,7 +141,7 @@ def module_imported_by(name: str) -> str | None:
     if name.startswith(GYM_PREFIX):
         module, colon, _ = name.removeprefix(GYM_PREFIX).partition(":")  # gymnasium's own "<module>:<id>"
         return module if colon else None
-    if name in _REGISTRY or not IMPORT_PATH.fullmatch(name):
+    if name in _REGISTRY or name.startswith(MJLAB_PREFIX) or not IMPORT_PATH.fullmatch(name):
         return None
     return name.partition(":")[0]
 
@@ -154,9 +163,10 @@ def canonical_name(name: str) -> str:
     return _CANONICAL.get(name, name)
 
 
-HOW_STEPPED = ("vectorization_mode",)
-"""env_kwargs that choose how the envs are stepped (one process or a process per env), not what they are:
-a checkpoint continues under either."""
+HOW_STEPPED = ("vectorization_mode", "threads")
+"""env_kwargs that choose how the envs are stepped (gymnasium's one process or a process per env; the threads
+of the CPU MuJoCo envs, whose results do not depend on them), not what they are: a checkpoint continues under
+either."""
 
 
 def same_env(kwargs: dict, other: dict) -> bool:
@@ -179,7 +189,10 @@ register_env("MountainCar-v0", MountainCarVecEnv, "MountainCar")
 register_env("MountainCarContinuous-v0", MountainCarContinuousVecEnv, "MountainCarContinuous")
 register_env("PointChase-v0", PointChaseVecEnv, "PointChase")
 register_env("StockTrading-v0", make_stock_trading, "StockTrading")  # docs/trading.md
-register_env("WarpAnt-v0", make_warp_ant, "WarpAnt")  # needs the `warp` extra; imports mujoco_warp when built
+for _warp_name, _make_warp in WARP_ENVS.items():  # needs the `warp` extra; imports mujoco_warp when built
+    register_env(_warp_name, _make_warp, _warp_name.removesuffix("-v0"))  # WarpAnt-v0 (WarpAnt), ...
+for _name in MUJOCO_TASKS:  # gymnasium's v5 MuJoCo envs on every core (docs/envs.md); needs the `mujoco` extra
+    register_env(_name, mujoco_factory(_name))
 for _scenario in VMAS_SCENARIOS:  # docs/multi_agent.md; needs the `multiagent` extra; imports vmas when built
     register_env(f"vmas:{_scenario}", vmas_factory(_scenario))
 for _name in MPE2_ENVS:  # PettingZoo's parallel API; needs the `pettingzoo` extra; imports mpe2 when built
