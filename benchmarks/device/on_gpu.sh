@@ -15,6 +15,12 @@
 #                                         # graph; SAC's row is the shipped Pendulum config's iteration)
 #   benchmarks/device/on_gpu.sh train-captured  # the shipped Pendulum tournament on CUDA with
 #                                         # `compile = "auto"` (captured updates), 3-minute budget
+#   benchmarks/device/on_gpu.sh shared-gpu # several segments per GPU (issue 23): benchmarks/gpu_members.py
+#                                         # --device cuda, the population's env steps/s with 1, 2, 4 and 8
+#                                         # members on cuda:0, as processes and as threads (2 segments each),
+#                                         # nvidia-smi sampled each second beside it; arguments after
+#                                         # `shared-gpu` go to the script (`--sharing threads` runs one mode,
+#                                         # to split the step across two calls near the 10-minute limit)
 #   benchmarks/device/on_gpu.sh suite [PATHS]  # the test suite (or PATHS), as a user with a GPU would run it;
 #                                         # whole, it took over 15 minutes on an H100 machine: split it
 #                                         # across calls (docs/developing.md, "GPU figures")
@@ -25,7 +31,7 @@
 # brings it back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|suite}"
+step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|shared-gpu|suite}"
 out="${OUT:-/tmp/podracer-out}"
 device="${PODRACER_DEVICE:-cuda}"  # cpu only to rehearse this script on a machine without one
 build=.device/build
@@ -125,12 +131,27 @@ train-captured)
     python3 -m dask_podracer.cli train "$build/pendulum_captured.toml" --store "$build/pendulum_captured.zarr" \
         --budget 3m --json "$out/train_captured.json" --quiet 2>&1 | tee "$out/train_captured.txt"
     ;;
+shared-gpu)
+    install
+    smi=""
+    if command -v nvidia-smi >/dev/null; then  # GPU utilisation and memory while the members train
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 1 >"$out/shared_gpu_smi.csv" &
+        smi=$!
+    fi
+    status=0
+    python3 benchmarks/gpu_members.py --device "$device" --members 1 2 4 8 --sharing processes threads \
+        --segments 2 "${@:2}" 2>&1 | tee "$out/shared_gpu.txt" || status=$?
+    [[ -z $smi ]] || kill "$smi"  # the sampler stops whether or not the benchmark finished
+    grep "^{" "$out/shared_gpu.txt" | tail -n 1 >"$out/shared_gpu.json" || true
+    exit "$status"
+    ;;
 suite)
     install
     python3 -m pytest -q -rs -p no:cacheprovider --durations=20 "${@:2}" 2>&1 | tee "$out/suite.txt"
     ;;
 *)
-    echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured or suite" >&2
+    echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured, shared-gpu" \
+         "or suite" >&2
     exit 2
     ;;
 esac

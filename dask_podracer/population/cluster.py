@@ -4,6 +4,9 @@ A slot is what one segment needs: a `GPU` resource on a worker that owns a GPU,
 or a `CPU` resource on a worker without one. Workers of any other cluster
 (`--scheduler ADDRESS`) advertise them with `dask worker --resources "GPU=1"`;
 a cluster whose workers advertise neither is used one segment per thread.
+With `cluster.segments_per_gpu = N` a GPU holds N slots: N worker processes per GPU
+("processes" sharing), or one worker whose segments each ask for GPU=1/N ("threads").
+A worker offers no more slots than it has threads: Dask runs one task per thread.
 """
 
 from __future__ import annotations
@@ -50,27 +53,44 @@ def embedded_cluster(config: ClusterConfig) -> LocalCluster:
         # A worker process of the embedded cluster is running the user's unguarded script
         # again; starting a cluster from here fails deep inside multiprocessing instead.
         raise ClusterError(f"an embedded LocalCluster cannot start while a worker imports the script: {MAIN_GUARD}")
-    gpus = torch.cuda.device_count()
-    if gpus:
-        workers, resources = config.workers or gpus, {GPU: 1}
-    else:
-        workers, resources = config.workers or (os.cpu_count() or 1), {CPU: config.threads_per_worker}
+    layout = worker_layout(config, torch.cuda.device_count(), os.cpu_count() or 1)
     preload = [*dask.config.get("distributed.scheduler.preload", []), "dask_podracer.population.dashboard_preload"]
     try:
         return LocalCluster(
-            n_workers=workers,
-            threads_per_worker=config.threads_per_worker,
+            n_workers=layout.workers,
+            threads_per_worker=layout.threads,
             processes=True,
             host="127.0.0.1",
             scheduler_port=0,
             dashboard_address=config.dashboard_address,
-            resources=resources,
+            resources=layout.resources,
             silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
             scheduler_kwargs={"preload": preload},
         )
     except RuntimeError as e:  # distributed says only "Nanny failed to start."
         raise ClusterError(f"the embedded LocalCluster's worker processes did not start ({e}); "
                            f"if it was started from a script: {MAIN_GUARD}") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerLayout:
+    """The embedded cluster's worker processes, each one's threads, and the resources each advertises."""
+
+    workers: int
+    threads: int
+    resources: dict[str, float]
+
+
+def worker_layout(config: ClusterConfig, gpus: int, cores: int) -> WorkerLayout:
+    """One worker per GPU (`segments_per_gpu` of them per GPU when they share it as processes, or one with that
+    many threads when they share it as threads), or one per core without GPUs; `cluster.workers` overrides the
+    count. A worker picks its GPU by its index modulo the GPUs it sees (population/tasks.py), so the processes
+    sharing a GPU spread evenly over them."""
+    if not gpus:
+        return WorkerLayout(config.workers or cores, config.threads_per_worker, {CPU: config.threads_per_worker})
+    if config.gpu_sharing == "threads":
+        return WorkerLayout(config.workers or gpus, config.threads_per_worker * config.segments_per_gpu, {GPU: 1})
+    return WorkerLayout(config.workers or gpus * config.segments_per_gpu, config.threads_per_worker, {GPU: 1})
 
 
 def _reimporting_main() -> bool:
@@ -84,17 +104,18 @@ def _reimporting_main() -> bool:
 
 
 def cluster_slots(client: Client, wait_seconds: float = 60.0, resource: dict[str, float] | None = None,
-                  requested: str = "auto") -> Slots:
+                  requested: str = "auto", gpu_share: float = 1.0) -> Slots:
     """The slots the cluster's workers offer now.
 
     With `requested` "auto", wait up to `wait_seconds` for a first worker (failing clearly
     if none comes) and ask for GPU, else CPU, else a thread, by what the workers advertise.
     With a named resource ("GPU", "CPU", "none") nothing is waited for: an adaptive cluster
     may start empty and grow once segments wait. `resource` keeps a running tournament
-    counting what it asked for at its start.
+    counting what it asked for at its start. A segment asks for `gpu_share` of a GPU
+    (`gpu_share_of(config.cluster)`: 1/N when N segments share a GPU as threads).
     """
     if requested != "auto" and resource is None:
-        resource = {} if requested == "none" else {requested: 1}
+        resource = {} if requested == "none" else {requested: gpu_share if requested == GPU else 1}
     if wait_seconds > 0 and resource is None:
         try:
             client.wait_for_workers(1, timeout=wait_seconds)
@@ -104,8 +125,22 @@ def cluster_slots(client: Client, wait_seconds: float = 60.0, resource: dict[str
     workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
     if resource == {}:
         return Slots(None, sum(int(w.get("nthreads", 1)) for w in workers))
-    for name in list(resource) if resource else [GPU, CPU]:
+    for name, amount in resource.items() if resource else [(GPU, gpu_share), (CPU, 1)]:
         total = sum(w.get("resources", {}).get(name, 0) for w in workers)
-        if total >= 1 or resource:
-            return Slots({name: 1}, int(total))
+        if total >= amount or resource:
+            return Slots({name: amount}, sum(worker_slots(w, name, amount) for w in workers))
     return Slots(None, sum(int(w.get("nthreads", 1)) for w in workers))
+
+
+def worker_slots(worker: dict, name: str, amount: float) -> int:
+    """Segments asking for `amount` of resource `name` that one worker (its scheduler_info entry) runs at once:
+    its shares of the resource, but no more than its threads (Dask runs one task per thread, so a worker with
+    GPU=1 and one thread runs one segment at a time however small the share each asks for)."""
+    # a small tolerance: GPU=0.3 in shares of 0.1 is 0.3 / 0.1 = 2.99.. in floating point
+    shares = int(worker.get("resources", {}).get(name, 0) / amount + 1e-9)
+    return min(shares, int(worker.get("nthreads", 1)))
+
+
+def gpu_share_of(config: ClusterConfig) -> float:
+    """The part of a GPU one segment asks for: 1, or 1/segments_per_gpu when segments share a GPU as threads."""
+    return 1.0 / config.segments_per_gpu if config.gpu_sharing == "threads" else 1.0

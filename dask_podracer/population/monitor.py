@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from fractions import Fraction
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -105,24 +106,34 @@ class PodracerPage(SchedulerPlugin):
                 continue
             agent = tables.agents.get(segment_key(key), {})
             running.append(Running(segment_key(key), task.processing_on.address, since,
-                                   agent.get("id"), agent.get("hparams"), **worker_device(task.processing_on)))
+                                   agent.get("id"), agent.get("hparams"),
+                                   **worker_device(task.processing_on, gpu_share(task))))
         return Snapshot(self.store_url, tables.board, tables.history, running, tables.error)
 
 
-def worker_device(worker: Any) -> dict[str, Any]:
+def gpu_share(task: Any) -> float | None:
+    """The part of a GPU a segment's task asked for (`cluster.segments_per_gpu` as threads: 1/N), or None."""
+    share = (getattr(task, "resource_restrictions", None) or {}).get("GPU")
+    return None if share is None else float(share)
+
+
+def worker_device(worker: Any, share: float | None = None) -> dict[str, Any]:
     """What the pool table says of a worker's device, from the scheduler's `WorkerState`: `cpu`, or `cuda` with
     the GPU's name, memory in use and utilisation where the worker reports them. Dask's workers report NVML's
     figures in their heartbeats when pynvml (nvidia-ml-py) is installed and finds a GPU (`metrics`:
     `gpu_memory_used`, `gpu-memory-total`, `gpu_utilization`; `extra["gpu"]["name"]`), for the first GPU the
-    worker sees (`CUDA_VISIBLE_DEVICES`); a worker that advertises a GPU resource without them shows `cuda`."""
+    worker sees (`CUDA_VISIBLE_DEVICES`); a worker that advertises a GPU resource without them shows `cuda`.
+    The figures are the whole GPU's, shared by every segment on it; a segment that asked for a `share` of a GPU
+    below 1 (segments sharing it as threads) shows it, as `cuda (1/2 GPU)`."""
     metrics = getattr(worker, "metrics", None) or {}
     gpu = (getattr(worker, "extra", None) or {}).get("gpu") or {}
     used = metrics.get("gpu_memory_used")
+    part = f" ({Fraction(share).limit_denominator(64)} GPU)" if share is not None and share < 1 else ""
     if used is None:
         resources = getattr(worker, "resources", None) or {}
-        return {"device": "cuda" if resources.get("GPU") else "cpu"}
+        return {"device": "cuda" + part if resources.get("GPU") else "cpu"}
     utilization = metrics.get("gpu_utilization")
-    return {"device": f"cuda: {gpu['name']}" if gpu.get("name") else "cuda", "gpu_memory_used": int(used),
+    return {"device": (f"cuda: {gpu['name']}" if gpu.get("name") else "cuda") + part, "gpu_memory_used": int(used),
             "gpu_memory_total": metrics.get("gpu-memory-total") or gpu.get("memory-total"),
             "gpu_utilization": None if utilization is None else float(utilization)}
 

@@ -22,7 +22,7 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
 from dask_podracer.config import Config, ConfigError
-from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots
+from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import Holders, ReplaySources, checkpoints_to_keep, collect, own_lines
 from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
@@ -121,7 +121,7 @@ def run_tournament(config: Config, client: Client | None = None,
     except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
         raise ConfigError(f"{config.source}: {e}") from None
     with trackers, _client_for(config, client, scheduler, tls) as active:
-        slots = cluster_slots(active, requested=config.cluster.resource)
+        slots = cluster_slots(active, requested=config.cluster.resource, gpu_share=gpu_share_of(config.cluster))
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         store = PodracerStore(config.store_url, create=True)
         check_workers(active, config)  # every worker: the store, the env, the agents
