@@ -111,12 +111,13 @@ def test_the_backtest_workflow_on_a_tiny_tournament(cpu_client, tmp_path):
     start, end = env.periods["test"]
     hold, _ = metrics.buy_and_hold(env.market.close[start:end], env.initial_cash, env.cost)
     assert result["curves"]["buy_and_hold"] == pytest.approx(hold.tolist())
-    # on the validation period, the backtest repeats the score the tournament ranked the champion by
+    # on the validation period, the backtest repeats the score the tournament ranked the champion by: its Sharpe
+    # ratio there (the env's default score, info["episode_score"])
     out = subprocess.run([sys.executable, str(ROOT / "workflows/backtest.py"), str(tmp_path / "bt.zarr"),
                           champion["key"], "--period", "validation", "--json", str(tmp_path / "val.json")],
                          capture_output=True, text=True, timeout=120, check=False)
     validation = json.loads((tmp_path / "val.json").read_text())
-    assert 100 * validation["cumulative_return"] == pytest.approx(champion["score"], rel=1e-4, abs=1e-4)
+    assert validation["sharpe"] == pytest.approx(champion["score"], rel=1e-4, abs=1e-4)
 
 
 def test_the_backtest_workflow_refuses_in_one_line(tmp_path):
