@@ -1,16 +1,23 @@
 """Our MAPPO and our tournament against BenchMARL's MAPPO on VMAS navigation and balance, at equal wall-clock.
 
+    bash benchmarks/setup_benchmarl_venv.sh      # once: BenchMARL's venv at /work/venv-benchmarl
     python benchmarks/benchmarl_vmas.py [--task navigation balance] [--minutes 10 | --quick] [--out DIR]
+                                        [--reuse-benchmarl]
 
 Three runs per task, one after another (never side by side: they would share the 2 cores):
 
 1. BenchMARL 1.5.2's MAPPO with its tuned VMAS settings (the BenchMARL repository's fine_tuned/vmas/conf/config.yaml:
    gamma 0.9, lr 5e-5, 60,000 frames from 600 envs per iteration, 45 passes of 4096-frame minibatches, 200
    deterministic evaluation episodes every 120,000 frames), its package's task yaml (conf/task/vmas/<task>.yaml)
-   and algorithm yaml (conf/algorithm/mappo.yaml), on the CPU, for `--minutes`. It runs in its own venv
-   (`--benchmarl-python`, default /work/venv-benchmarl/bin/python: BenchMARL's torchrl and tensordict pins
-   stay out of ours), as this same file with `benchmarl-run`, and writes its evaluations (wall-clock, frames,
-   return) to JSON; its CSV logger writes the rest under the same folder.
+   and algorithm yaml (conf/algorithm/mappo.yaml), on the CPU (torch's default threads: both cores), for
+   `--minutes`, stopping at the first batch collected after it, but never before its first evaluation (after
+   its first iteration). That tuned setting was made for a GPU: on 2 CPU cores one iteration (675 minibatch
+   updates) takes minutes, so BenchMARL's "final" return is its last evaluation within the budget, and a budget
+   shorter than one iteration overruns to it (the run says so). It runs under `--benchmarl-python` (default:
+   this Python where benchmarl imports, else /work/venv-benchmarl/bin/python, the venv that
+   benchmarks/setup_benchmarl_venv.sh builds), as this same file with `benchmarl-run`, and writes its
+   evaluations (wall-clock, frames, return) to JSON; its CSV logger writes the rest under the same folder.
+   `--reuse-benchmarl` takes that JSON from an earlier run instead of running BenchMARL again.
 2. Our MAPPO alone (agents/mappo.py, the hparams of workflows/configs/vmas_<task>.toml, one torch thread),
    evaluated on 200 deterministic episodes every `--eval-every` seconds (evaluation time counts against
    it), until it reaches BenchMARL's final return or the wall-clock is spent.
@@ -19,8 +26,8 @@ Three runs per task, one after another (never side by side: they would share the
 
 Returns are comparable: BenchMARL's evaluation return is each episode's reward summed over steps and averaged
 over agents, then over episodes, which is our team score (docs/multi_agent.md); the scenario kwargs of our
-config must equal BenchMARL's task yaml (checked: the run refuses otherwise); one frame is one env step of
-the team in both. Prints the figures; the last line is JSON.
+config must equal BenchMARL's task yaml (checked before any run: the comparison refuses otherwise); one frame
+is one env step of the team in both. Prints the figures; the last line is JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -50,8 +58,10 @@ EVAL_SEED = 12345
 
 try:  # BenchMARL pickles its callbacks: ours must be importable from this module, so defined at its top
     from benchmarl.experiment import Callback as _BenchmarlCallback
-except ImportError:  # our venv: only the comparison half runs here
+    DEFAULT_BENCHMARL_PYTHON = sys.executable  # BenchMARL is installed beside us: run its half here too
+except ImportError:  # our venv without it: only the comparison half runs here
     _BenchmarlCallback = object
+    DEFAULT_BENCHMARL_PYTHON = "/work/venv-benchmarl/bin/python"  # benchmarks/setup_benchmarl_venv.sh's default
 
 
 class OutOfTime(Exception):
@@ -59,7 +69,10 @@ class OutOfTime(Exception):
 
 
 class WallClock(_BenchmarlCallback):
-    """Records every evaluation (wall-clock since `start`, frames, return) and stops the run at `seconds`."""
+    """Records every evaluation (wall-clock since `start`, frames, return) and stops the run at `seconds`.
+
+    It stops at the first batch collected after `seconds`, but never before the first evaluation (after the
+    first iteration): a run shorter than one iteration would have no return to compare."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__()
@@ -68,7 +81,7 @@ class WallClock(_BenchmarlCallback):
         self.evaluations: list[dict] = []
 
     def on_batch_collected(self, batch) -> None:
-        if time.monotonic() - self.start > self.seconds:
+        if self.evaluations and time.monotonic() - self.start > self.seconds:
             raise OutOfTime
 
     def on_evaluation_end(self, rollouts) -> None:
@@ -80,6 +93,13 @@ class WallClock(_BenchmarlCallback):
         self.evaluations.append({"wall_s": time.monotonic() - self.start, "cpu_s": time.process_time() - self.cpu_start,
                                  "frames": self.experiment.total_frames, "return": sum(returns) / len(returns),
                                  "episodes": len(returns), "iterations": self.experiment.n_iters_performed + 1})
+
+
+def benchmarl_task_config(task_name: str) -> dict:
+    """BenchMARL's VMAS task yaml (conf/task/vmas/<task>.yaml), as its package ships it."""
+    from benchmarl.environments import VmasTask
+
+    return dict(getattr(VmasTask, task_name.upper()).get_from_yaml().config)
 
 
 def run_benchmarl(task_name: str, seconds: float, out: Path, seed: int) -> dict:
@@ -179,6 +199,8 @@ def run_our_tournament(config_path: Path, seconds: float, out: Path) -> dict:
     from dask_podracer.train.evaluate import episode_scores
 
     store, summary = out / "tournament.zarr", out / "tournament.json"
+    if store.exists():  # an earlier comparison's: `podracer train` would resume it, not start afresh
+        shutil.rmtree(store)
     command = [sys.executable, "-m", "dask_podracer.cli", "train", str(config_path), "--store", str(store),
                "--budget", f"{int(seconds)}s", "--json", str(summary), "--quiet"]
     started = time.monotonic()
@@ -203,25 +225,40 @@ def run_our_tournament(config_path: Path, seconds: float, out: Path) -> dict:
             "best_curve": curve}
 
 
-def compare(task: str, minutes: float, out: Path, python: str, eval_every: float, seed: int) -> dict:
+def compare(task: str, minutes: float, out: Path, python: str, eval_every: float, seed: int,
+            reuse_benchmarl: bool = False) -> dict:
     seconds = minutes * 60
     folder = out / task
     folder.mkdir(parents=True, exist_ok=True)
     bench_json = folder / "benchmarl.json"
-    subprocess.run(["nice", python, str(Path(__file__).resolve()), "benchmarl-run", task, str(seconds),
-                    str(folder / "benchmarl"), str(bench_json), "--seed", str(seed)], check=True)
-    bench = json.loads(bench_json.read_text())
     config_path = REPO / "workflows" / "configs" / f"vmas_{task}.toml"
+    script = str(Path(__file__).resolve())
+    if not Path(python).exists():
+        raise SystemExit(f"--benchmarl-python {python} does not exist: run benchmarks/setup_benchmarl_venv.sh")
+    task_json = subprocess.run([python, script, "benchmarl-task", task], check=True, capture_output=True, text=True)
+    check_comparable(config_path, json.loads(task_json.stdout))
+    if not (reuse_benchmarl and bench_json.exists()):
+        subprocess.run([python, script, "benchmarl-run", task, str(seconds),
+                        str(folder / "benchmarl"), str(bench_json), "--seed", str(seed)], check=True)
+    bench = json.loads(bench_json.read_text())
     check_comparable(config_path, bench["task_config"])
     evals = bench["evaluations"]
-    final = evals[-1]
+    if not evals:
+        raise SystemExit(f"{bench_json}: BenchMARL made no evaluation (its first comes after its first iteration)")
+    if bench["seconds"] != seconds:
+        print(f"{task}: reusing a BenchMARL run of {bench['seconds']:.0f} s for runs of {seconds:.0f} s")
+    # its last evaluation within the budget (it stops only at a batch collected after it, so an evaluation may
+    # come later than the budget); its first where even that one did
+    within = [e for e in evals if e["wall_s"] <= seconds]
+    final = within[-1] if within else evals[0]
     reached = first_reaching(evals, final["return"])
     ours = run_our_mappo(config_path, seconds, final["return"], eval_every, seed)
     ours_reached = first_reaching(ours["curve"], final["return"])
     tournament = run_our_tournament(config_path, seconds, folder)
     result = {
         "task": task, "minutes": minutes, "scenario": bench["task_config"],
-        "benchmarl": {"final_return": final["return"], "final_wall_s": final["wall_s"], "frames": bench["frames"],
+        "benchmarl": {"final_return": final["return"], "final_wall_s": final["wall_s"],
+                      "final_frames": final["frames"], "frames_collected": bench["frames"],
                       "time_to_final_s": reached["wall_s"], "cpu_to_final_s": reached["cpu_s"],
                       "torch_threads": bench["torch_threads"], "evaluations": evals},
         "our_mappo": {"time_to_benchmarl_final_s": ours_reached["wall_s"] if ours_reached else None,
@@ -232,8 +269,11 @@ def compare(task: str, minutes: float, out: Path, python: str, eval_every: float
     }
     b, o = result["benchmarl"], result["our_mappo"]
     print(f"{task}: BenchMARL MAPPO final return {b['final_return']:.3f} at {b['final_wall_s']:.0f} s "
-          f"({b['frames']:,} frames, {final['iterations']} iterations, {final['cpu_s']:.0f} CPU s), "
+          f"({b['final_frames']:,} frames, {final['iterations']} iterations, {final['cpu_s']:.0f} CPU s), "
           f"first reached at {b['time_to_final_s']:.0f} s")
+    if b["final_wall_s"] > seconds:
+        print(f"{task}: BenchMARL's first evaluation came after the {seconds:.0f} s budget: its first iteration "
+              f"alone is longer; compare at --minutes above {b['final_wall_s'] / 60:.0f}")
     if o["time_to_benchmarl_final_s"] is None:
         print(f"{task}: our MAPPO did not reach it in {seconds:.0f} s (last {o['last_return']:.3f})")
     else:
@@ -248,6 +288,9 @@ def compare(task: str, minutes: float, out: Path, python: str, eval_every: float
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["benchmarl-task"] and len(argv) == 2 and argv[1] in TASKS:  # in BenchMARL's venv
+        print(json.dumps(benchmarl_task_config(argv[1])))
+        return 0
     if argv[:1] == ["benchmarl-run"]:  # the BenchMARL half, in BenchMARL's venv
         parser = argparse.ArgumentParser(prog="benchmarl_vmas.py benchmarl-run")
         parser.add_argument("task", choices=TASKS)
@@ -265,12 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=float, default=15.0, help="seconds between our MAPPO's evaluations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarl_vmas"))
-    parser.add_argument("--benchmarl-python", default=os.environ.get("BENCHMARL_PYTHON",
-                                                                     "/work/venv-benchmarl/bin/python"))
+    parser.add_argument("--reuse-benchmarl", action="store_true",
+                        help="take BenchMARL's half from <out>/<task>/benchmarl.json where an earlier run left it")
+    parser.add_argument("--benchmarl-python", default=os.environ.get("BENCHMARL_PYTHON", DEFAULT_BENCHMARL_PYTHON),
+                        help=f"a Python with benchmarl installed (default {DEFAULT_BENCHMARL_PYTHON})")
     args = parser.parse_args(argv)
     minutes = 2.0 if args.quick else args.minutes
-    results = [compare(task, minutes, args.out.resolve(), args.benchmarl_python, args.eval_every, args.seed)
-               for task in args.task]
+    results = [compare(task, minutes, args.out.resolve(), args.benchmarl_python, args.eval_every, args.seed,
+                       args.reuse_benchmarl) for task in args.task]
     summary = [{"task": r["task"], "minutes": r["minutes"],
                 "benchmarl_final_return": r["benchmarl"]["final_return"],
                 "benchmarl_time_to_final_s": r["benchmarl"]["time_to_final_s"],
