@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
+from dask_podracer.agents.actor_learner import learns_from_actors
 from dask_podracer.envs import canonical_env_name, registered_envs
 from dask_podracer.envs.registry import IMPORT_PATH
 from dask_podracer.search import Prior, parse_prior, sample_hparams
@@ -33,9 +34,9 @@ class ConfigError(ValueError):
 class RunConfig:
     env: str
     """Env name: a registered one such as "Pendulum-v1" (see `dask_podracer.envs.registered_envs()`), a
-    gymnasium id as "gym:<id>" (or "gym:<module>:<id>" to import the module that registers it), or your own
-    VecEnv class or factory, or gymnasium Env class, as "<module>:<name>" (docs/envs.md, "Your own
-    environment")."""
+    gymnasium id as "gym:<id>" (or "gym:<module>:<id>" to import the module that registers it), an mjlab task
+    as "mjlab:<task id>" (in a venv of its own, docs/envs.md), or your own VecEnv class or factory, or
+    gymnasium Env class, as "<module>:<name>" (docs/envs.md, "Your own environment")."""
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the env's constructor, e.g. `{ vectorization_mode = "async" }` for a gymnasium env
     or your own env's parameters; checkpoints record them with the env's name."""
@@ -204,6 +205,9 @@ class SegmentConfig:
         _require(self.torch_threads >= 1, "segment.torch_threads", ">= 1", self.torch_threads)
 
 
+GPU_SHARING = ("processes", "threads")
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     workers: int = 0
@@ -224,6 +228,15 @@ class ClusterConfig:
     """Worker deaths a segment may go through before it is recorded as failed (KilledWorker); Dask reruns it
     from its parent each time. Sets the embedded cluster's scheduler; a remote scheduler keeps its own
     `distributed.scheduler.allowed-failures`."""
+    segments_per_gpu: int = 1
+    """Segments that share one GPU at once (an H100 is nearly idle under one small agent). How they share it is
+    `gpu_sharing`'s choice; on a machine without GPUs it changes nothing (docs/scaling.md, "Several segments per
+    GPU")."""
+    gpu_sharing: str = "processes"
+    """"processes": `segments_per_gpu` worker processes per GPU, each advertising GPU=1 (each its own CUDA context);
+    "threads": one worker per GPU advertising GPU=1 with `segments_per_gpu` threads, each segment asking for
+    GPU=1/segments_per_gpu (one CUDA context, shared, and the GIL). On a cluster of your own the workers you start
+    decide it; "threads" there only sets the share each segment asks for (docs/scaling.md)."""
 
     def __post_init__(self) -> None:
         _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
@@ -233,6 +246,37 @@ class ClusterConfig:
         _require(self.allowed_failures >= 0, "cluster.allowed_failures", ">= 0", self.allowed_failures)
         _require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
         _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
+        _require(self.segments_per_gpu >= 1, "cluster.segments_per_gpu", ">= 1", self.segments_per_gpu)
+        _require(self.gpu_sharing in GPU_SHARING, "cluster.gpu_sharing", '"processes" or "threads"', self.gpu_sharing)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorsConfig:
+    """[actors]: each segment is one learner task plus `workers` actor tasks (docs/actor_learner.md)."""
+
+    workers: int = 2
+    """Actor tasks per segment; a segment then takes 1 + workers of the cluster's slots."""
+    max_policy_lag: int = 4
+    """Rollouts whose policy lag (learner version minus the version that acted) passes this are dropped.
+    IMPALA only: an Ape-X (replay) learner keeps every transition, its replay ratio set by hparams.utd_ratio."""
+    reuse: int = 1
+    """Times the learner may train on one rollout (sample reuse). IMPALA only, as max_policy_lag."""
+    weights_every: int = 1
+    """The learner sends its policy to the actors after every this many gradient steps."""
+    connect_timeout: float = 120.0
+    """Seconds a learner may go with no actor connected (waiting for slots, or after losing all) before its
+    segment fails."""
+
+    def __post_init__(self) -> None:
+        _require(self.workers >= 1, "actors.workers", ">= 1", self.workers)
+        _require(self.max_policy_lag >= 1, "actors.max_policy_lag", ">= 1", self.max_policy_lag)
+        _require(self.reuse >= 1, "actors.reuse", ">= 1", self.reuse)
+        _require(self.weights_every >= 1, "actors.weights_every", ">= 1", self.weights_every)
+        _require(self.connect_timeout > 0, "actors.connect_timeout", "> 0", self.connect_timeout)
+
+    @property
+    def slots_per_segment(self) -> int:
+        return 1 + self.workers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +319,8 @@ class Config:
     """Retention of the store's checkpoints ([store]); where the store is, is run.store."""
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
     """Where finished segments are logged besides the store ([logging]): TensorBoard, MLflow."""
+    actors: ActorsConfig | None = None
+    """[actors]: segments of a learner task and actor tasks; None (no [actors] section): one task each."""
 
     @property
     def hparams(self) -> Mapping[str, Any]:
@@ -327,9 +373,9 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
 
 
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
-    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors"})
     if unknown:
-        known = ", ".join([*_SECTIONS, "hparams", "search", "groups"])
+        known = ", ".join([*_SECTIONS, "hparams", "search", "groups", "actors"])
         raise ConfigError(f"unknown section {unknown[0]!r} (known: {known})")
     sections = {}
     for name, cls in _SECTIONS.items():
@@ -356,7 +402,28 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
             raise ConfigError("missing key run.algorithm (or declare [[groups]])")
         single = {"algorithm": run.algorithm, "hparams": data.get("hparams", {}), "search": data.get("search", {})}
         groups = (_group(single, "", tournament),)
-    return Config(**sections, groups=groups, source=source)
+    return Config(**sections, groups=groups, source=source, actors=_actors(data, groups))
+
+
+def _actors(data: Mapping[str, Any], groups: tuple[GroupConfig, ...]) -> ActorsConfig | None:
+    """[actors], when the config has one: every group's algorithm must be able to learn from actor tasks."""
+    if "actors" not in data:
+        return None
+    actors = _dataclass_from(ActorsConfig, _table(data["actors"], "actors"), "actors")
+    pending = _table(data.get("tournament", {}), "tournament").get("pending", 0)
+    # a waiting learner could take the slot its running peers' actors wait for
+    _require(pending == 0, "tournament.pending", "0 with [actors]", pending)
+    for i, group in enumerate(groups):
+        if not learns_from_actors(group.algorithm):
+            able = [a for a in registered_algorithms() if learns_from_actors(a)]
+            raise ConfigError(f"actors: group {group.name!r} uses {group.algorithm!r}, which cannot learn from "
+                              f"actor tasks (algorithms that can: {', '.join(able)}); remove [actors] or change it")
+        # each actor's returns would interleave in the learner's one running statistic of discounted returns
+        prefix = f"groups[{i}].hparams" if "groups" in data else "hparams"
+        if group.hparams.get("normalize_rewards"):
+            raise ConfigError(f"{prefix}.normalize_rewards must be false with [actors] (the actors' returns would "
+                              f"interleave in the learner's statistics)")
+    return actors
 
 
 _GROUP_KEYS = ("name", "algorithm", "weight", "env_steps", "hparams", "search")

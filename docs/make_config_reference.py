@@ -11,7 +11,8 @@ import inspect
 from pathlib import Path
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
-from dask_podracer.config import ClusterConfig, GroupConfig, RunConfig, SegmentConfig, StoreConfig, TournamentConfig
+from dask_podracer.config import (ActorsConfig, ClusterConfig, GroupConfig, LoggingConfig, RunConfig, SegmentConfig,
+                                  StoreConfig, TournamentConfig)
 from dask_podracer.search import KINDS
 
 SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig,
@@ -62,7 +63,12 @@ def render() -> str:
             "Instead of `run.algorithm` + `[hparams]` + `[search]`, a config may declare several groups, each a",
             "`[[groups]]` table with its own `[groups.hparams]` and `[groups.search]`. Agents are shared out",
             "by weight; all share one leaderboard; an agent only adopts entries of its own group.", "",
-            *table(GroupConfig), ""]
+            *table(GroupConfig), "",
+            "## [logging]: where finished segments are logged besides the store", "", *table(LoggingConfig), "",
+            "## [actors]: one agent on several workers", "",
+            "Optional. With it, each segment is one learner task and `workers` actor tasks on other workers, and",
+            "the run's algorithm must be one that learns from actor tasks (docs/actor_learner.md).", "",
+            *table(ActorsConfig), ""]
     for algorithm in registered_algorithms():
         info = algorithm_info(algorithm)
         out += [f"## [hparams] for `algorithm = \"{algorithm}\"`", "",

@@ -32,6 +32,7 @@ CASES = {
     "d3qn": ("CartPole", DQN, 128),
     "ppo": ("Pendulum", {"num_envs": 4, "rollout_steps": 8, "hidden": (16,), "epochs": 2, "num_minibatches": 2}, 64),
     "a2c": ("CartPole", {"num_envs": 4, "rollout_steps": 5, "hidden": (16,)}, 40),
+    "impala": ("CartPole", {"num_envs": 4, "rollout_steps": 5, "hidden": (16,)}, 40),
     "mappo": ("vmas:navigation", {"num_envs": 2, "rollout_steps": 8, "hidden": (16,), "epochs": 2,
                                   "num_minibatches": 2}, 32),
     "ippo": ("vmas:navigation", {"num_envs": 2, "rollout_steps": 8, "hidden": (16,), "epochs": 2,

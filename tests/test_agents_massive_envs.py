@@ -10,8 +10,8 @@ N = 4096
 OFF_POLICY = {"num_envs": N, "hidden": (8,), "batch_size": 32, "buffer_size": 3 * N, "learning_starts": N,
               "utd_ratio": 4 / N}  # 4 updates per iteration: learning starts with the first one
 ON_POLICY = {"num_envs": N, "rollout_steps": 2, "hidden": (8,)}
-CASES = {name: ("CartPole" if name in ("dqn", "double_dqn", "d3qn", "a2c") else "Pendulum",
-                ON_POLICY if name in ("ppo", "a2c") else OFF_POLICY)
+CASES = {name: ("CartPole" if name in ("dqn", "double_dqn", "d3qn", "a2c", "impala") else "Pendulum",
+                ON_POLICY if name in ("ppo", "a2c", "impala") else OFF_POLICY)
          for name in registered_algorithms()}
 CASES.update({name: ("vmas:navigation", ON_POLICY) for name in ("mappo", "ippo")})  # teams of 4 agents
 CASES["maddpg"] = ("vmas:navigation", {**OFF_POLICY, "steps_per_iteration": 1})
@@ -38,7 +38,7 @@ def test_every_algorithm_trains_on_4096_envs(algorithm, pipeline):
     assert steps == iterations * N * hparams.get("rollout_steps", 1)
     assert metrics and all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
     assert agent.act(obs).shape[0] == N
-    if algorithm not in ("ppo", "a2c", "mappo", "ippo"):
+    if algorithm not in ("ppo", "a2c", "impala", "mappo", "ippo"):
         assert agent.replay.size == iterations * N and agent.updates == 4 * iterations
 
 

@@ -12,13 +12,17 @@ One update, on a batch from the replay buffer:
     (prioritised replay: the mean of the Huber terms times the batch's importance weights, and the drawn
     rows' priorities become |Q(s, a) - y|)
 Dueling: Q(s, a) = V(s) + A(s, a) - mean_a A(s, a), from one shared body.
+
+With `[actors]` the family is Ape-X (Horgan et al. 2018; `apex.py`): actors on the rungs of an epsilon ladder
+(`apex_epsilon`, `apex_alpha`) send chunks of transitions with initial priorities |TD error|, and this agent, as
+the learner, stores them in its replay buffer and makes the same updates as above.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -27,8 +31,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from dask_podracer.agents import captured
+from dask_podracer.agents import apex, captured
+from dask_podracer.agents.actor_learner import LearnerFeed
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, register_algorithm, regress
+from dask_podracer.agents.ladders import epsilon_ladder
 from dask_podracer.agents.networks import mlp, soft_update
 from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
                                             td_target, validate_offpolicy)
@@ -59,6 +65,15 @@ class DQNFields:
     """Double DQN: the online network picks the next action, the target network values it."""
     dueling: bool = False
     """Dueling heads: Q = V + A - mean(A)."""
+    apex_epsilon: float = 0.4
+    """Ape-X (`[actors]`): the top of the actors' epsilon ladder; actor i of N acts with
+    apex_epsilon^(1 + apex_alpha * i / (N - 1)), a lone actor with apex_epsilon."""
+    apex_alpha: float = 7.0
+    """Ape-X (`[actors]`): the spread of the epsilon ladder (the last actor acts with
+    apex_epsilon^(1 + apex_alpha))."""
+    apex_send_steps: int = 20
+    """Ape-X (`[actors]`): env steps (per env) an actor collects before it computes their initial priorities and
+    sends them to the learner."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +97,9 @@ class DQNConfig(OffPolicyOptions, DQNFields, OffPolicyConfig):
         check(self, "eps_end", 0 <= self.eps_end <= 1, "in [0, 1]")
         check(self, "exploration_steps", self.exploration_steps >= 1, ">= 1")
         check(self, "max_grad_norm", self.max_grad_norm > 0, "> 0")
+        check(self, "apex_epsilon", 0 <= self.apex_epsilon <= 1, "in [0, 1]")
+        check(self, "apex_alpha", self.apex_alpha >= 0, ">= 0")
+        check(self, "apex_send_steps", self.apex_send_steps >= 1, ">= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +146,19 @@ def q_learning_target(reward: Tensor, terminated: Tensor, next_q_target: Tensor,
     return td_target(reward, terminated, next_value, gamma)
 
 
+@torch.no_grad()
+def td_errors(q_net: nn.Module, q_target: nn.Module, batch: Mapping[str, Tensor], gamma: float,
+              double: bool) -> Tensor:
+    """|Q(s, a) - y| `[B]` for transitions (`obs`, `next_obs` `[B, obs_dim]` as the networks take them, `actions`
+    `[B]`, `rewards`, `terminated` `[B]`), y the target `dqn_update` regresses to: an Ape-X actor's initial
+    priorities."""
+    q = q_net(batch["obs"]).gather(-1, batch["actions"].long().reshape(-1, 1)).squeeze(-1)
+    next_q_online = q_net(batch["next_obs"]) if double else None
+    target = q_learning_target(batch["rewards"], batch["terminated"].float(), q_target(batch["next_obs"]),
+                               next_q_online, gamma)
+    return (q - target).abs()
+
+
 def linear_epsilon(step: int, start: float, end: float, duration: int) -> float:
     """Epsilon after `step` env steps: from `start` to `end` linearly over `duration`, then `end`."""
     return end + (start - end) * max(0.0, 1.0 - step / duration)
@@ -150,6 +181,9 @@ class DQNAgent(OffPolicyAgent):
         make_adam = captured.optimizer_maker(config.compile, device)
         self.optimizer = make_adam(self.q_net.parameters(), config.learning_rate)
         self.behaviour = self.q_net
+        self.actor_epsilon: float | None = None
+        """An Ape-X actor's fixed epsilon (`start_acting`); None: the linear schedule."""
+        self.from_actors = apex.ActorTally()
         self._captured: dict[bool, captured.CapturedUpdate] | None = None
         if captured.use_capture(config.compile, device):
             self._bind_update(obs_dim)
@@ -165,6 +199,8 @@ class DQNAgent(OffPolicyAgent):
 
     def epsilon(self) -> float:
         cfg = self.config
+        if self.actor_epsilon is not None:
+            return self.actor_epsilon
         return linear_epsilon(self.env_steps, cfg.eps_start, cfg.eps_end, cfg.exploration_steps)
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
@@ -177,6 +213,63 @@ class DQNAgent(OffPolicyAgent):
         if metrics:
             metrics["epsilon"] = self.epsilon()
         return obs, steps, metrics
+
+    # -- Ape-X: LearnsFromActors (agents/actor_learner.py, agents/apex.py) --------------------
+    def start_acting(self, index: int, workers: int) -> dict[str, float]:
+        """Become actor `index` of `workers`: act with its rung of the epsilon ladder from now on."""
+        cfg = self.config
+        self.actor_epsilon = epsilon_ladder(workers, cfg.apex_epsilon, cfg.apex_alpha)[index]
+        return {"epsilon": self.actor_epsilon}
+
+    @torch.no_grad()
+    def collect(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, dict[str, Tensor], tuple[float, int]]:
+        """An actor's chunk of `apex_send_steps` steps, with its epsilon and, with `prioritized`, its initial
+        priorities |TD error| under this actor's networks."""
+        cfg = self.config
+        obs, chunk, episodes = apex.collect_chunk(self, env, obs, cfg.apex_send_steps)
+        chunk["epsilon"] = torch.tensor(self.epsilon(), dtype=torch.float64)
+        if cfg.prioritized:
+            normalized = {**chunk, "obs": self.obs_norm(chunk["obs"]), "next_obs": self.obs_norm(chunk["next_obs"])}
+            chunk["priorities"] = td_errors(self.q_net, self.q_target, normalized, cfg.gamma, cfg.double)
+        return obs, chunk, episodes
+
+    def trajectory_arrays(self, trajectory: dict[str, Tensor]) -> dict[str, Any]:
+        return apex.chunk_arrays(trajectory)
+
+    def trajectory_from_arrays(self, arrays: Mapping[str, Any]) -> dict[str, Tensor]:
+        return apex.chunk_from_arrays(arrays, self.device)
+
+    def learner_feed(self) -> LearnerFeed:
+        """A replay learner: every chunk that arrived, once, into the replay buffer."""
+        if self.config.normalize_rewards:  # the actors' return streams would interleave in one statistic
+            raise ValueError(f"{self.algorithm} cannot learn from actors with normalize_rewards")
+        return LearnerFeed(batch=1, replay=True)
+
+    def learn(self, trajectories: Sequence[dict[str, Tensor]]) -> Metrics:
+        """Store the actors' chunks with their priorities, then make the updates they earned (`utd_ratio` per
+        transition, once `learning_starts` transitions arrived)."""
+        return apex.learn_from_chunks(self, trajectories, self.from_actors,
+                                      lambda n: self.loop.earned_updates(self, n))
+
+    def policy_state(self) -> dict[str, Any]:
+        """The Q-network, the target network (an actor's priorities need both) and the observation statistics,
+        as numpy arrays."""
+        state = {f"q_net.{k}": v.detach().cpu().numpy().copy() for k, v in self.q_net.state_dict().items()}
+        state.update({f"q_target.{k}": v.detach().cpu().numpy().copy() for k, v in self.q_target.state_dict().items()})
+        if self.obs_norm.enabled:
+            state.update({f"obs_norm.{k}": torch.as_tensor(v).cpu().numpy().copy()
+                          for k, v in self.obs_norm.rms.state_dict().items()})
+        return state
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        parts: dict[str, dict[str, Tensor]] = {"q_net": {}, "q_target": {}, "obs_norm": {}}
+        for key, value in state.items():
+            part, name = key.split(".", 1)
+            parts[part][name] = torch.as_tensor(value)
+        self.q_net.load_state_dict(parts["q_net"])
+        self.q_target.load_state_dict(parts["q_target"])
+        if parts["obs_norm"]:
+            self.obs_norm.rms.load_state_dict(parts["obs_norm"])
 
     def _bind_update(self, obs_dim: int) -> None:
         """Captured mode: two captured updates of the process's cache for these shapes, without and with the

@@ -6,8 +6,8 @@
 - `noise_ladder`: the same geometric spread for the Gaussian exploration noise of DDPG and TD3, from `largest`
   (actor 0) to `smallest` (actor N - 1), in the agent's `exploration_noise` units (half-action-range).
 
-One actor gets the top of the ladder (eps, or `largest`). They feed the actor tasks of an actor-learner
-segment (issue 25, not built yet).
+One actor gets the top of the ladder (eps, or `largest`). `epsilon_ladder` gives the DQN family's Ape-X actors
+their rungs (agents/apex.py); `noise_ladder` is not used yet (Ape-X for DDPG/TD3 is not built).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dask_podracer.config import Config, ConfigError
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import same_env
-from dask_podracer.population.cluster import ClusterError, Slots
+from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.store import PodracerStore, StoreError
 
 
@@ -119,7 +119,9 @@ def check_resources(client: Client, slots: Slots, requested: str) -> None:
 
     A cluster with no worker yet (an adaptive one, starting empty) is given `cluster.capacity_timeout`
     to grow instead: the orchestrator waits that long for a slot, then stops with a clear error.
+    Segments sharing a GPU as threads need as many threads on its worker (`check_gpu_threads`).
     """
+    check_gpu_threads(client, slots)
     if requested in ("auto", "none") or slots.count > 0:
         return
     workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
@@ -127,6 +129,24 @@ def check_resources(client: Client, slots: Slots, requested: str) -> None:
         offered = ", ".join(f"{w.get('name')}: {w.get('resources') or {}}" for w in workers)
         raise ClusterError(f"cluster.resource is {requested!r} but no worker offers it (workers: {offered}); "
                            f"start workers with --resources \"{requested}=1\" or set cluster.resource")
+
+
+def check_gpu_threads(client: Client, slots: Slots) -> None:
+    """With `cluster.gpu_sharing = "threads"` each segment asks for a share of a GPU (GPU=1/segments_per_gpu):
+    a worker advertising a GPU with fewer threads than its shares would run fewer segments at once than the
+    config says, so it is refused, naming the worker and the `--nthreads` it needs. Workers that join later
+    are counted by their threads (`cluster.worker_slots`)."""
+    share = (slots.resources or {}).get(GPU, 1)
+    if share >= 1:
+        return
+    for w in client.scheduler_info(n_workers=-1)["workers"].values():
+        gpus, threads = w.get("resources", {}).get(GPU, 0), int(w.get("nthreads", 1))
+        shares = int(gpus / share + 1e-9)
+        if threads < shares:
+            raise ClusterError(f"worker {w.get('name')} offers GPU={gpus:g} with {threads} thread(s): it would run "
+                               f"{threads} of the {shares} segments cluster.segments_per_gpu = {round(1 / share)} "
+                               f"(gpu_sharing = \"threads\") puts on it at once; start it with --nthreads {shares}, "
+                               f"or set cluster.gpu_sharing = \"processes\" and start a worker per segment")
 
 
 def _probe_worker(config: Config) -> str | None:
@@ -163,6 +183,9 @@ def check_workers(client: Client, config: Config) -> None:
     store), `segment.device = "cuda"` on workers without a GPU, or an env a worker cannot build
     (gymnasium's MuJoCo missing there) fails here, once, naming the worker, not in every segment.
     """
+    if config.actors is not None:
+        check_actor_slots(config, cluster_slots(client, wait_seconds=0, requested=config.cluster.resource,
+                                                gpu_share=gpu_share_of(config.cluster)))
     answers = client.run(_probe_worker, config, on_error="return")
     for worker, answer in sorted(answers.items()):
         if isinstance(answer, str):
@@ -170,6 +193,25 @@ def check_workers(client: Client, config: Config) -> None:
         if isinstance(answer, BaseException) and not isinstance(answer, OSError):  # OSError: it died meanwhile
             raise ClusterError(f"worker {worker} failed its preflight: {type(answer).__name__}: "
                                f"{_first_line(answer)}")
+
+
+def check_actor_slots(config: Config, slots: Slots) -> None:
+    """With [actors], every segment in the pool needs a slot for its learner and one per actor at once: a cluster
+    that cannot place them is refused in one line naming the field (a learner would wait on actors that never
+    start). A cluster with no slot yet (an adaptive one, starting empty) is left to grow."""
+    actors = config.actors
+    if actors is None or slots.count == 0:
+        return
+    need, kind = actors.slots_per_segment, next(iter(slots.resources or {"thread": 1}))
+    if need > slots.count:
+        raise ConfigError(f"{config.source}: actors.workers = {actors.workers} needs {need} slots per segment (a "
+                          f"learner and {actors.workers} actors) but the cluster offers {slots.count} ({kind}); "
+                          f"lower actors.workers or add workers")
+    pool = config.tournament.pool_size
+    if pool * need > slots.count:
+        raise ConfigError(f"{config.source}: tournament.pool_size = {pool} with actors.workers = {actors.workers} "
+                          f"needs {pool * need} slots but the cluster offers {slots.count} ({kind}); lower "
+                          f"tournament.pool_size (0 fits the pool to the cluster)")
 
 
 def _first_line(error: BaseException) -> str:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 
+from dask_podracer.population.actor_tasks import DaskActorTasks
 from dask_podracer.train import SegmentResult, SegmentSpec, run_segment
 
 
 def segment_task(spec: SegmentSpec) -> SegmentResult:
     if spec.device == "auto":
         spec = dataclasses.replace(spec, device=worker_device())
-    return run_segment(spec)
+    if spec.actors is None:
+        return run_segment(spec)
+    actors = DaskActorTasks(spec)  # this task is the learner: it starts its actor tasks
+    try:
+        return run_segment(spec, actors)
+    finally:
+        actors.stop()  # however the segment ended, its actors stop waiting on it
 
 
 def worker_device() -> str:

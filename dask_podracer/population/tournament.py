@@ -25,6 +25,7 @@ from dask_podracer.population.updater import update_leaderboard
 from dask_podracer.search import sample_hparams
 from dask_podracer.store.records import LeaderboardEntry
 from dask_podracer.train import SegmentResult, SegmentSpec
+from dask_podracer.train.spec import ActorsSpec
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -101,6 +102,8 @@ class Train:
     device: str
     torch_threads: int
     share_replay: bool
+    actors: ActorsSpec | None = None
+    """[actors]: the segment is a learner task that starts actor tasks; None: one task."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,8 +156,16 @@ def segment_spec(train: Train, store_url: str, seconds_left: float) -> SegmentSp
         seconds=min(train.seconds, seconds_left) if train.seconds > 0 else seconds_left,
         eval_episodes=train.eval_episodes, device=train.device, torch_threads=train.torch_threads,
         generation=train.plan.generation, load_replay=train.plan.load_replay, share_replay=train.share_replay,
-        env_kwargs=train.env_kwargs, eval_env_kwargs=train.eval_env_kwargs,
+        env_kwargs=train.env_kwargs, eval_env_kwargs=train.eval_env_kwargs, actors=train.actors,
     )
+
+
+def _actors_spec(config: Config) -> ActorsSpec | None:
+    actors = config.actors
+    if actors is None:
+        return None
+    return ActorsSpec(workers=actors.workers, max_policy_lag=actors.max_policy_lag, reuse=actors.reuse,
+                      weights_every=actors.weights_every, connect_timeout=actors.connect_timeout)
 
 
 def _default_key(index: int) -> str:
@@ -356,7 +367,7 @@ class Tournament:
                      env_step_budget=group.env_steps or segment.env_steps, algorithm=group.algorithm, env=run.env,
                      env_kwargs=run.env_kwargs, eval_env_kwargs=run.eval_env_kwargs, seconds=segment.seconds,
                      eval_episodes=segment.eval_episodes, device=segment.device, torch_threads=segment.torch_threads,
-                     share_replay=config.tournament.replay == "share")
+                     share_replay=config.tournament.replay == "share", actors=_actors_spec(config))
 
     def _stop(self, eid: int, reason: str, cancel: bool) -> list[Instruction]:
         self.stopped = reason
@@ -384,7 +395,9 @@ class Tournament:
     # -- queries ------------------------------------------------------------------------------
     def target_agents(self) -> int:
         """Agents that should be training: the pool size, or the cluster's slots, plus the pending extra."""
-        return (self.config.tournament.pool_size or self.slots) + self.config.tournament.pending
+        actors = self.config.actors  # an actor-learner segment takes 1 + actors.workers slots
+        per_segment = actors.slots_per_segment if actors else 1
+        return (self.config.tournament.pool_size or self.slots // per_segment) + self.config.tournament.pending
 
     def active_agents(self) -> list[AgentState]:
         return [a for a in self.agents.values() if a.active]

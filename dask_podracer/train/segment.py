@@ -15,6 +15,7 @@ import torch
 from dask_podracer.agents import algorithm_info, finish_training, make_agent
 from dask_podracer.envs import make_vec_env
 from dask_podracer.store import PodracerStore
+from dask_podracer.train.actor_learner import ActorLauncher, ActorLearner
 from dask_podracer.train.agent_checkpoints import load_parent, result_from_attrs, save_agent
 from dask_podracer.train.evaluate import episode_scores
 from dask_podracer.train.host_memory import restore_malloc_thresholds
@@ -27,8 +28,9 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def run_segment(spec: SegmentSpec) -> SegmentResult:
-    """Train `spec.algorithm` on `spec.env` from `spec.parent` (or fresh) and save under `spec.key`."""
+def run_segment(spec: SegmentSpec, actors: ActorLauncher | None = None) -> SegmentResult:
+    """Train `spec.algorithm` on `spec.env` from `spec.parent` (or fresh) and save under `spec.key`. With
+    `spec.actors`, this process is the learner and `actors` starts the actor processes (train/actor_learner.py)."""
     torch.set_num_threads(max(1, spec.torch_threads))
     restore_malloc_thresholds()  # a Dask nanny's worker: see host_memory.py
     device = resolve_device(spec.device)
@@ -46,6 +48,8 @@ def run_segment(spec: SegmentSpec) -> SegmentResult:
     lineage_steps = replay_lost = 0
     if spec.parent is not None:
         lineage_steps, replay_lost = load_parent(agent, store, spec, device)
+    if spec.actors is not None:
+        agent = ActorLearner(agent, spec, actors)
 
     started = time.perf_counter()
     obs, _ = env.reset(seed=spec.seed)

@@ -11,6 +11,28 @@ class SegmentError(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class ActorsSpec:
+    """How an actor-learner segment spreads over tasks (`[actors]`): this task learns, `workers` others act."""
+
+    workers: int
+    """Actor tasks, each rolling out in its own VecEnv and sending trajectories to the learner."""
+    max_policy_lag: int = 4
+    """A trajectory whose policy lag (learner version minus behaviour version) passes this is dropped (IMPALA; an
+    Ape-X replay learner keeps every transition)."""
+    reuse: int = 1
+    """Times the learner may train on one trajectory (IMPALA; an Ape-X learner's replay ratio is its utd_ratio)."""
+    weights_every: int = 1
+    """The learner sends its policy to the actors after every this many gradient steps."""
+    connect_timeout: float = 120.0
+    """Seconds the learner waits with no actor connected (at the start, or after all were lost) before it fails."""
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "max_policy_lag", "reuse", "weights_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"actors.{name} must be >= 1, got {getattr(self, name)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class SegmentSpec:
     """Everything one segment needs; a segment is a pure function of this."""
 
@@ -51,6 +73,8 @@ class SegmentSpec:
     """Keyword arguments of the env's constructor (`run.env_kwargs`)."""
     eval_env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments the evaluation env is built with on top of `env_kwargs` (`run.eval_env_kwargs`)."""
+    actors: ActorsSpec | None = None
+    """None: one task trains. Set: this task is the learner of actor tasks (`train/actor_learner.py`)."""
 
     def __post_init__(self) -> None:
         if self.env_step_budget <= 0 and self.seconds <= 0:

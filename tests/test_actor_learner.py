@@ -1,0 +1,168 @@
+"""Actor-learner segments (issue 25): a learner task and actor tasks on a real LocalCluster of worker processes,
+their lag and reuse bookkeeping, and the settings refused before anything is submitted."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from dask_podracer.agents import algorithm_info, make_agent
+from dask_podracer.config import ConfigError, config_from_dict
+from dask_podracer.envs import make_vec_env
+from dask_podracer.population import run_tournament
+from dask_podracer.population.actor_tasks import actor_keys_prefix
+from dask_podracer.population.task_keys import task_key
+from dask_podracer.population.tasks import segment_task
+from dask_podracer.store import PodracerStore
+from dask_podracer.train import SegmentSpec, evaluate
+from dask_podracer.train.spec import ActorsSpec
+from dask_podracer.train.trajectory_book import TrajectoryBook
+
+HPARAMS = {"num_envs": 8, "rollout_steps": 20, "batch_rollouts": 2}
+
+
+# -- the learner's bookkeeping, without processes -----------------------------------------------
+def test_book_drops_what_passed_the_lag_bound_and_trains_each_rollout_at_most_reuse_times():
+    book = TrajectoryBook(max_policy_lag=2, reuse=2)
+    for name, version in (("a", 0), ("b", 1), ("c", 3)):
+        book.add(name, version)
+    # learner at version 3: "a" has lag 3 > 2, dropped without ever being trained on
+    batch = book.take(2, learner_version=3)
+    assert [e.item for e in batch] == ["b", "c"]  # fresh ones, oldest first
+    assert book.lags == [2, 0] and book.dropped_stale == 1 and book.dropped_unused == 1
+    book.trained(batch)
+    book.add("d", 4)
+    batch = book.take(2, learner_version=4)  # "b" is now stale (lag 3); fresh "d" first, then "c" again
+    assert [e.item for e in batch] == ["d", "c"] and book.lags[-2:] == [0, 1]
+    assert book.dropped_stale == 2 and book.dropped_unused == 1  # "b" had been trained on once
+    book.trained(batch)
+    assert [(e.item, e.uses) for e in book.waiting] == [("d", 1)]  # "c" was used twice: reuse is spent
+    assert book.lag_metrics() == {"policy_lag_median": 0.5, "policy_lag_p95": 2.0, "policy_lag_max": 2.0}
+
+
+def test_book_with_reuse_one_hands_out_each_rollout_once():
+    book = TrajectoryBook(max_policy_lag=8, reuse=1)
+    for version in range(5):
+        book.add(version, version)
+    taken = []
+    while book.available(learner_version=5):
+        batch = book.take(2, learner_version=5)
+        book.trained(batch)
+        taken += [e.item for e in batch]
+    assert taken == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="max_policy_lag"):
+        TrajectoryBook(max_policy_lag=0, reuse=1)
+
+
+# -- settings refused before anything is submitted ----------------------------------------------
+def _config(tmp_path, actors: dict, **sections) -> dict:
+    return {"run": {"env": "CartPole-v1", "algorithm": "impala", "store": str(tmp_path / "run.zarr"),
+                    "budget": "2m", "max_segments": 1, **sections.pop("run", {})},
+            "tournament": {"pool_size": 1, **sections.pop("tournament", {})},
+            "segment": {"env_steps": 20_000, "eval_episodes": 10, **sections.pop("segment", {})},
+            "hparams": HPARAMS, "actors": actors, **sections}
+
+
+@pytest.mark.parametrize("actors, field", [
+    ({"workers": 0}, "actors.workers must be >= 1"),
+    ({"max_policy_lag": 0}, "actors.max_policy_lag must be >= 1"),
+    ({"reuse": 0}, "actors.reuse must be >= 1"),
+    ({"workers": 2, "pending": 1}, "unknown key actors.pending"),
+])
+def test_actor_settings_that_cannot_run_are_refused_naming_the_field(tmp_path, actors, field):
+    with pytest.raises(ConfigError, match=field) as error:
+        config_from_dict(_config(tmp_path, actors))
+    assert "\n" not in str(error.value)
+
+
+def test_actors_need_an_algorithm_that_learns_from_them_and_no_pending_learners(tmp_path):
+    raw = _config(tmp_path, {"workers": 2}, run={"algorithm": "ppo"})
+    raw.pop("hparams")
+    with pytest.raises(ConfigError, match="actors: group 'ppo' uses 'ppo', which cannot learn from actor tasks"):
+        config_from_dict(raw)
+    with pytest.raises(ConfigError, match="tournament.pending must be 0 with"):
+        config_from_dict(_config(tmp_path, {"workers": 2}, tournament={"pending": 1}))
+
+
+def test_more_actors_than_the_cluster_has_slots_is_refused_before_any_submit(cpu_client, tmp_path):
+    config = config_from_dict(_config(tmp_path, {"workers": 2}))  # 3 slots per segment; the cluster has 2
+    with pytest.raises(ConfigError, match=r"actors.workers = 2 needs 3 slots per segment .* offers 2 \(CPU\)"):
+        run_tournament(config, cpu_client)
+    assert PodracerStore(config.store_url).read_history() == []
+    config = config_from_dict(_config(tmp_path, {"workers": 1}, tournament={"pool_size": 2}))
+    with pytest.raises(ConfigError, match=r"tournament.pool_size = 2 with actors.workers = 1 needs 4 slots"):
+        run_tournament(config, cpu_client)
+
+
+# -- a learner task and two actor processes --------------------------------------------------
+@pytest.fixture(scope="module")
+def three_slots():
+    """A learner and two actors: three worker processes of one slot each."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
+        yield client
+
+
+def _initial_score(seed: int) -> float:
+    """The score of the segment's own starting policy: the same seed, the same evaluation env."""
+    torch.manual_seed(seed)
+    env = make_vec_env("CartPole-v1", 1, device="cpu")
+    agent = make_agent("impala", env.single_observation_space, env.single_action_space, HPARAMS)
+    return evaluate(agent, make_vec_env("CartPole-v1", 10, device="cpu", seed=1_000_003), seed=1_000_003)
+
+
+def test_impala_learns_cartpole_from_two_actor_processes_within_its_lag_bound(three_slots, tmp_path):
+    config = config_from_dict(_config(tmp_path, {"workers": 2, "max_policy_lag": 3}))
+    summary = run_tournament(config, three_slots)
+    assert summary.segments_completed == 1, summary.last_error
+    (record,) = PodracerStore(config.store_url).read_history()
+    metrics, score = record["metrics"], record["score"]
+    initial = _initial_score(config.run.seed * 1_000_003)
+    print("LEARN", score, initial, record["train_seconds"], metrics)
+    assert score > initial + 100, (score, initial, metrics)
+    assert metrics["actors_joined"] == 2 and metrics["actors_lost"] == 0
+    assert 0 <= metrics["policy_lag_median"] <= metrics["policy_lag_p95"] <= metrics["policy_lag_max"] <= 3
+    assert metrics["transitions_received"] == record["segment_env_steps"] >= 20_000
+    assert metrics["socket_bytes_received"] > 20_000 * 4 * 4  # at least the observations came over the socket
+
+
+def test_an_actor_killed_mid_segment_costs_its_rollouts_not_the_segment(three_slots, tmp_path):
+    client = three_slots
+    store = PodracerStore(str(tmp_path / "kill.zarr"), create=True)
+    hparams = dataclasses.asdict(algorithm_info("impala").config_cls(**HPARAMS))
+    spec = SegmentSpec(key="killed-actor", store_url=store.url, env="CartPole-v1", algorithm="impala",
+                       hparams=hparams, env_step_budget=10**9, seconds=8.0, eval_episodes=2,
+                       actors=ActorsSpec(workers=2, connect_timeout=30.0))
+    future = client.submit(segment_task, spec, key=task_key(spec.key), resources={"CPU": 1}, pure=False)
+    victim = _worker_running(client, actor_keys_prefix(spec.key), timeout=60.0)
+    time.sleep(2.0)  # mid-segment: rollouts are flowing
+    os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)  # its nanny starts a new one
+    result = future.result(timeout=90)
+    assert result.metrics["actors_lost"] >= 1
+    assert result.metrics["learner_updates"] > 0 and store.has_checkpoint(spec.key)
+
+
+def _worker_running(client, prefix: str, timeout: float) -> str:
+    """The worker running a task whose key starts with `prefix` (the first found)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        where = client.run_on_scheduler(_processing_on, prefix)
+        if where:
+            return where
+        time.sleep(0.2)
+    raise AssertionError(f"no task {prefix}* ever started")
+
+
+def _processing_on(prefix: str, dask_scheduler=None) -> str | None:
+    for key, task in dask_scheduler.tasks.items():
+        if isinstance(key, str) and key.startswith(prefix) and task.processing_on is not None:
+            return task.processing_on.address
+    return None
+
