@@ -150,18 +150,50 @@ class HalfCheetah:
         return _normal_velocity_noise(rng, nq, nv, self.reset_noise_scale)
 
 
-def _planar_observation(f: Fields) -> np.ndarray:
-    """Hopper's and Walker2d's obs: qpos[1:] and qvel clipped to ±10."""
-    return np.concatenate((f["qpos"][:, 1:], np.clip(f["qvel"], -10, 10)), axis=1)
-
-
 def _inside(low: float, x: np.ndarray, high: float) -> np.ndarray:
     """low < x < high, elementwise (gymnasium's planar walkers use open intervals)."""
     return (low < x) & (x < high)
 
 
+class _PlanarWalker:
+    """What Hopper-v5 and Walker2d-v5 share: observation qpos[1:] and qvel clipped to ±10, forward reward plus a
+    healthy reward less the control cost, termination when unhealthy, uniform reset noise. A walker says what
+    healthy is (`healthy`) and holds the fields the methods read."""
+
+    forward_reward_weight: float
+    ctrl_cost_weight: float
+    healthy_reward: float
+    terminate_when_unhealthy: bool
+    healthy_z_range: tuple[float, float]
+    healthy_angle_range: tuple[float, float]
+    reset_noise_scale: float
+
+    def healthy(self, f: Fields) -> np.ndarray:
+        """Whether each env's height and torso angle are in their ranges (open intervals, as gymnasium's)."""
+        qpos = f["qpos"]
+        return (_inside(self.healthy_z_range[0], qpos[:, 1], self.healthy_z_range[1])
+                & _inside(self.healthy_angle_range[0], qpos[:, 2], self.healthy_angle_range[1]))
+
+    def observation_size(self, model: Any) -> int:
+        return model.nq - 1 + model.nv
+
+    def x_position(self, model: Any, f: Fields) -> np.ndarray:
+        return f["qpos"][:, 0]
+
+    def observe(self, f: Fields) -> np.ndarray:
+        return np.concatenate((f["qpos"][:, 1:], np.clip(f["qvel"], -10, 10)), axis=1)
+
+    def reward(self, f: Fields, x_velocity: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        healthy = self.healthy(f)
+        rewards = self.forward_reward_weight * x_velocity + healthy * self.healthy_reward
+        return rewards - _action_cost(self.ctrl_cost_weight, action), ~healthy & self.terminate_when_unhealthy
+
+    def reset_noise(self, rng: np.random.Generator, nq: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
+        return _uniform_noise(rng, nq, nv, self.reset_noise_scale)
+
+
 @dataclass(frozen=True)
-class Hopper:
+class Hopper(_PlanarWalker):
     """gymnasium's Hopper-v5: obs qpos[1:], clip(qvel, ±10) (11); unhealthy when the state, height or angle
     leaves its range."""
 
@@ -179,31 +211,15 @@ class Hopper:
     healthy_angle_range: tuple[float, float] = (-0.2, 0.2)
     reset_noise_scale: float = 5e-3
 
-    def observation_size(self, model: Any) -> int:
-        return model.nq - 1 + model.nv
-
-    def x_position(self, model: Any, f: Fields) -> np.ndarray:
-        return f["qpos"][:, 0]
-
-    def observe(self, f: Fields) -> np.ndarray:
-        return _planar_observation(f)
-
-    def reward(self, f: Fields, x_velocity: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        qpos = f["qpos"]
-        state = np.concatenate((qpos, f["qvel"]), axis=1)[:, 2:]
+    def healthy(self, f: Fields) -> np.ndarray:
+        """Also every state entry after the first two (qpos[2:] and qvel) in `healthy_state_range`."""
+        state = np.concatenate((f["qpos"], f["qvel"]), axis=1)[:, 2:]
         low, high = self.healthy_state_range
-        healthy = (_inside(low, state, high).all(axis=1)
-                   & _inside(self.healthy_z_range[0], qpos[:, 1], self.healthy_z_range[1])
-                   & _inside(self.healthy_angle_range[0], qpos[:, 2], self.healthy_angle_range[1]))
-        rewards = self.forward_reward_weight * x_velocity + healthy * self.healthy_reward
-        return rewards - _action_cost(self.ctrl_cost_weight, action), ~healthy & self.terminate_when_unhealthy
-
-    def reset_noise(self, rng: np.random.Generator, nq: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
-        return _uniform_noise(rng, nq, nv, self.reset_noise_scale)
+        return _inside(low, state, high).all(axis=1) & super().healthy(f)
 
 
 @dataclass(frozen=True)
-class Walker2d:
+class Walker2d(_PlanarWalker):
     """gymnasium's Walker2d-v5: obs qpos[1:], clip(qvel, ±10) (17); unhealthy when the height or angle leaves
     its range."""
 
@@ -219,25 +235,6 @@ class Walker2d:
     healthy_z_range: tuple[float, float] = (0.8, 2.0)
     healthy_angle_range: tuple[float, float] = (-1.0, 1.0)
     reset_noise_scale: float = 5e-3
-
-    def observation_size(self, model: Any) -> int:
-        return model.nq - 1 + model.nv
-
-    def x_position(self, model: Any, f: Fields) -> np.ndarray:
-        return f["qpos"][:, 0]
-
-    def observe(self, f: Fields) -> np.ndarray:
-        return _planar_observation(f)
-
-    def reward(self, f: Fields, x_velocity: np.ndarray, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        qpos = f["qpos"]
-        healthy = (_inside(self.healthy_z_range[0], qpos[:, 1], self.healthy_z_range[1])
-                   & _inside(self.healthy_angle_range[0], qpos[:, 2], self.healthy_angle_range[1]))
-        rewards = self.forward_reward_weight * x_velocity + healthy * self.healthy_reward
-        return rewards - _action_cost(self.ctrl_cost_weight, action), ~healthy & self.terminate_when_unhealthy
-
-    def reset_noise(self, rng: np.random.Generator, nq: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
-        return _uniform_noise(rng, nq, nv, self.reset_noise_scale)
 
 
 @dataclass(frozen=True)

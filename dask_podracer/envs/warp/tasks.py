@@ -187,77 +187,62 @@ class HalfCheetah(LocomotionTask):
         return reward, torch.zeros_like(x_velocity, dtype=torch.bool)
 
 
-def _planar_observation(sim: SimView) -> Tensor:
-    """Hopper's and Walker2d's [B, nq - 1 + nv]: qpos[1:], clip(qvel, -10, 10)."""
-    return torch.cat([sim.qpos[:, 1:], sim.qvel.clamp(-10.0, 10.0)], dim=-1)
+@dataclass(frozen=True, kw_only=True)
+class _PlanarWalker(LocomotionTask):
+    """What Hopper-v5 and Walker2d-v5 share. Observation qpos[1:], clip(qvel, ±10). Reward: x velocity + 1 (if
+    healthy) − 1e-3·|a|². Terminated when unhealthy: z (qpos[1]) or the torso angle (qpos[2]) outside its range,
+    and whatever else a walker adds to `healthy`."""
+
+    frame_skip: int = 4
+    forward_reward_weight: float = 1.0
+    ctrl_cost_weight: float = 1e-3
+    healthy_reward: float = 1.0
+    terminate_when_unhealthy: bool = True
+    healthy_z_range: Range
+    healthy_angle_range: Range
+    reset_noise_scale: float = 5e-3
+
+    def healthy(self, sim: SimView) -> Tensor:
+        return _inside(sim.qpos[:, 1], self.healthy_z_range) & _inside(sim.qpos[:, 2], self.healthy_angle_range)
+
+    def forward_position(self, sim: SimView) -> Tensor:
+        return sim.qpos[:, 0]
+
+    def observe(self, sim: SimView) -> Tensor:
+        return torch.cat([sim.qpos[:, 1:], sim.qvel.clamp(-10.0, 10.0)], dim=-1)
+
+    def outcome(self, sim: SimView, x_velocity: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        healthy = self.healthy(sim)
+        reward = (self.forward_reward_weight * x_velocity + self.healthy_reward * healthy.float()
+                  - _ctrl_cost(self.ctrl_cost_weight, actions))
+        return reward, ~healthy & self.terminate_when_unhealthy
 
 
 @dataclass(frozen=True, kw_only=True)
-class Hopper(LocomotionTask):
-    """Hopper-v5. Observation [B, 11]: qpos[1:] (5), clip(qvel, ±10) (6).
-
-    Reward: x velocity + 1 (if healthy) − 1e-3·|a|². Terminated when unhealthy: any of
-    (qpos, qvel)[2:] outside (−100, 100), z (qpos[1]) outside (0.7, ∞), or the torso angle
-    (qpos[2]) outside (−0.2, 0.2).
-    """
+class Hopper(_PlanarWalker):
+    """Hopper-v5. Observation [B, 11]: qpos[1:] (5), clip(qvel, ±10) (6). Also unhealthy when any of
+    (qpos, qvel)[2:] leaves (−100, 100); z range (0.7, ∞), angle range (−0.2, 0.2)."""
 
     gym_id: ClassVar[str] = "Hopper-v5"
     xml_file: str = "hopper.xml"
-    frame_skip: int = 4
-    forward_reward_weight: float = 1.0
-    ctrl_cost_weight: float = 1e-3
-    healthy_reward: float = 1.0
-    terminate_when_unhealthy: bool = True
     healthy_state_range: Range = (-100.0, 100.0)
     healthy_z_range: Range = (0.7, math.inf)
     healthy_angle_range: Range = (-0.2, 0.2)
-    reset_noise_scale: float = 5e-3
 
-    def forward_position(self, sim: SimView) -> Tensor:
-        return sim.qpos[:, 0]
-
-    def observe(self, sim: SimView) -> Tensor:
-        return _planar_observation(sim)
-
-    def outcome(self, sim: SimView, x_velocity: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    def healthy(self, sim: SimView) -> Tensor:
         state = torch.cat([sim.qpos, sim.qvel], dim=-1)[:, 2:]
-        healthy = (_inside(state, self.healthy_state_range).all(-1) & _inside(sim.qpos[:, 1], self.healthy_z_range)
-                   & _inside(sim.qpos[:, 2], self.healthy_angle_range))
-        reward = (self.forward_reward_weight * x_velocity + self.healthy_reward * healthy.float()
-                  - _ctrl_cost(self.ctrl_cost_weight, actions))
-        return reward, ~healthy & self.terminate_when_unhealthy
+        return _inside(state, self.healthy_state_range).all(-1) & super().healthy(sim)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Walker2d(LocomotionTask):
-    """Walker2d-v5. Observation [B, 17]: qpos[1:] (8), clip(qvel, ±10) (9).
-
-    Reward: x velocity + 1 (if healthy) − 1e-3·|a|². Terminated when z (qpos[1]) leaves (0.8, 2)
-    or the torso angle (qpos[2]) leaves (−1, 1).
-    """
+class Walker2d(_PlanarWalker):
+    """Walker2d-v5. Observation [B, 17]: qpos[1:] (8), clip(qvel, ±10) (9); z range (0.8, 2), angle range
+    (−1, 1)."""
 
     gym_id: ClassVar[str] = "Walker2d-v5"
     xml_file: str = "walker2d_v5.xml"
-    frame_skip: int = 4
-    forward_reward_weight: float = 1.0
-    ctrl_cost_weight: float = 1e-3
-    healthy_reward: float = 1.0
-    terminate_when_unhealthy: bool = True
     healthy_z_range: Range = (0.8, 2.0)
     healthy_angle_range: Range = (-1.0, 1.0)
-    reset_noise_scale: float = 5e-3
-
-    def forward_position(self, sim: SimView) -> Tensor:
-        return sim.qpos[:, 0]
-
-    def observe(self, sim: SimView) -> Tensor:
-        return _planar_observation(sim)
-
-    def outcome(self, sim: SimView, x_velocity: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
-        healthy = _inside(sim.qpos[:, 1], self.healthy_z_range) & _inside(sim.qpos[:, 2], self.healthy_angle_range)
-        reward = (self.forward_reward_weight * x_velocity + self.healthy_reward * healthy.float()
-                  - _ctrl_cost(self.ctrl_cost_weight, actions))
-        return reward, ~healthy & self.terminate_when_unhealthy
 
 
 TASKS: dict[str, type[LocomotionTask]] = {
