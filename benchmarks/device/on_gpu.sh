@@ -13,6 +13,13 @@
 #                                         # tests/test_captured_updates.py, then benchmarks/captured_updates.py
 #                                         # --device cuda (ms per update and per iteration, eager vs one CUDA
 #                                         # graph; SAC's row is the shipped Pendulum config's iteration)
+#   benchmarks/device/on_gpu.sh pendulum-time ["SEEDS" ["SEEDS"]]  # time to -200 of the shipped Pendulum
+#                                         # tournament on CUDA: benchmarks/pendulum_tournament.py with captured
+#                                         # updates (seeds 0 1 2), then eager (seed 0)
+#   benchmarks/device/on_gpu.sh ppo-warp [ARGS]  # PPO's training throughput on WarpAnt-v0, eager and captured,
+#                                         # 4,096 and 16,384 worlds: benchmarks/ppo_throughput.py (issue 23)
+#   benchmarks/device/on_gpu.sh setup     # the install alone (every step installs first, once)
+#   benchmarks/device/on_gpu.sh pack      # everything under $OUT in results.tgz (a call brings back 8 files)
 #   benchmarks/device/on_gpu.sh train-captured  # the shipped Pendulum tournament on CUDA with
 #                                         # `compile = "auto"` (captured updates), 3-minute budget
 #   benchmarks/device/on_gpu.sh shared-gpu # several segments per GPU (issue 23): benchmarks/gpu_members.py
@@ -39,7 +46,7 @@
 # brings it back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|shared-gpu|warp|train-warp|suite}"
+step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|pendulum-time|ppo-warp|shared-gpu|warp|train-warp|suite|setup|pack}"
 out="${OUT:-/tmp/podracer-out}"
 device="${PODRACER_DEVICE:-cuda}"  # cpu only to rehearse this script on a machine without one
 build=.device/build
@@ -50,8 +57,42 @@ collect() {
     local part
     for part in .device/part*/; do  # this call's part, and any an earlier call left
         cp "$part"wheels.tar.* "$part"wheels.sha256 "$part"parts "$build/"
+        if [[ -d ${part}early ]]; then
+            cp -r "${part}early" "$build/"
+        fi
     done
     ls "$build"
+}
+
+all_parts() {
+    local i
+    [[ -f $build/parts ]] || return 1
+    for i in $(seq 1 "$(cat "$build/parts")"); do
+        [[ -f $build/wheels.tar.$i ]] || return 1
+    done
+}
+
+# Before every part has arrived: part1's loose gymnasium beside the image's own torch, all that the agents and
+# the torch envs need (no Dask, Zarr or MuJoCo), so a first call can already measure captured updates.
+# Once every part is here, the full install.
+install_or_early() {
+    if [[ -f $site/.installed ]] || all_parts; then
+        install
+        return
+    fi
+    local early="$build/early-site"
+    if [[ ! -f $early/.installed ]]; then
+        python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$early" "$build"/early/*.whl
+        touch "$early/.installed"
+    fi
+    export PYTHONPATH="$PWD/$early:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    {
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+        echo "cpus: $(nproc)"
+        python3 -c "import sys, torch, gymnasium; print(sys.version.split()[0], 'torch', torch.__version__,
+              'gymnasium', gymnasium.__version__, '(before the other parts: no Dask, Zarr or MuJoCo)')"
+    } | tee "$out/machine.txt"
 }
 
 install() {
@@ -71,10 +112,15 @@ install() {
         fi
         cat "$build"/wheels.tar.? >"$build/wheels.tar"
         (cd "$build" && sha256sum --check --quiet wheels.sha256)
-        tar -xf "$build/wheels.tar" -C "$build"
+        # an xz-compressed tar (fetch_wheels.sh): the wheels, and warp-lang unpacked without its CPU compiler
+        python3 -c "import sys, tarfile; tarfile.open(sys.argv[1], 'r:xz').extractall(sys.argv[2], filter='tar')" \
+            "$build/wheels.tar" "$build"
         python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target "$site" "$build"/wheels/*.whl
-        rm -r "$build/wheels.tar" "$build/wheels"
+        if [[ -d $build/warp ]]; then
+            cp -r "$build"/warp/. "$site"/
+        fi
+        rm -rf "$build/wheels.tar" "$build/wheels" "$build/warp"
         # dask_podracer itself, as a user installs it: the tests run the `podracer` console script
         python3 -m pip install --quiet --no-index --no-deps --no-build-isolation --no-cache-dir -e .
         touch "$site/.installed"
@@ -86,6 +132,12 @@ install() {
         python3 -c "import sys, torch, dask, zarr, gymnasium; print(sys.version.split()[0], 'torch', torch.__version__,
               'dask', dask.__version__, 'zarr', zarr.__version__, 'gymnasium', gymnasium.__version__)"
     } | tee "$out/machine.txt"
+}
+
+# workflows/configs/pendulum.toml with `compile = "auto"` written out: captured updates on CUDA, whatever the default
+captured_config() {
+    sed 's/^\[hparams\].*/&\ncompile = "auto"/' workflows/configs/pendulum.toml >"$build/pendulum_captured.toml"
+    grep -q '^compile = "auto"' "$build/pendulum_captured.toml"
 }
 
 collect >"$out/collect.txt"
@@ -114,7 +166,7 @@ iteration)
     done 2>&1 | tee "$out/iteration.txt"
     ;;
 captured)
-    install
+    install_or_early
     {
         python3 -m pytest -q -rs -p no:cacheprovider tests/test_captured_updates.py -k "cuda or setting or checkpoint" \
             || echo "on_gpu.sh: captured-update tests failed (exit $?)"
@@ -134,10 +186,29 @@ PY
     ;;
 train-captured)
     install
-    sed 's/^\[hparams\].*/&\ncompile = "auto"/' workflows/configs/pendulum.toml >"$build/pendulum_captured.toml"
-    grep -q '^compile = "auto"' "$build/pendulum_captured.toml"
+    captured_config
     python3 -m dask_podracer.cli train "$build/pendulum_captured.toml" --store "$build/pendulum_captured.zarr" \
         --budget 3m --json "$out/train_captured.json" --quiet 2>&1 | tee "$out/train_captured.txt"
+    ;;
+pendulum-time)
+    install
+    captured_config
+    {
+        python3 benchmarks/pendulum_tournament.py --config "$build/pendulum_captured.toml" --seeds ${2:-0 1 2}
+        python3 benchmarks/pendulum_tournament.py --config workflows/configs/pendulum.toml --seeds ${3:-0}
+    } 2>&1 | tee "$out/pendulum_time.txt"
+    ;;
+ppo-warp)
+    install
+    python3 benchmarks/ppo_throughput.py --device "$device" "${@:2}" 2>&1 | tee "$out/ppo_throughput.txt"
+    ;;
+setup)  # the install alone, so that a time limit on the next step does not cut it short
+    install
+    ;;
+pack)  # everything under $OUT in one file: the device tool brings back at most 8
+    tar -czf /tmp/podracer-results.tgz -C "$out" --exclude=collect.txt .
+    find "$out" -mindepth 1 -delete
+    mv /tmp/podracer-results.tgz "$out/results.tgz"
     ;;
 shared-gpu)
     install
@@ -171,8 +242,8 @@ suite)
     python3 -m pytest -q -rs -p no:cacheprovider --durations=20 "${@:2}" 2>&1 | tee "$out/suite.txt"
     ;;
 *)
-    echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured, shared-gpu," \
-         "warp, train-warp or suite" >&2
+    echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured, pendulum-time," \
+         "ppo-warp, shared-gpu, warp, train-warp, suite, setup or pack" >&2
     exit 2
     ;;
 esac
