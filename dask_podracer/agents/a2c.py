@@ -53,9 +53,10 @@ class A2CConfig:
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
     """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
-    compile: str = "off"
-    """captured minibatch update (agents/captured.py): "on" replays each one as one CUDA graph (torch.compile on a
-    CPU), "auto" captures on CUDA only, "off" runs it eagerly (the reference)"""
+    compile: str = "auto"
+    """captured minibatch update (agents/captured.py): "auto" (the default) replays each one as one CUDA graph on
+    CUDA and runs it eagerly on a CPU, where compiling does not pay; "on" captures everywhere (torch.compile on a
+    CPU); "off" is eager everywhere (the reference)"""
 
     # What PPO's learner reads, fixed to A2C's values: one pass, one minibatch, no clipping.
     epochs: ClassVar[int] = 1

@@ -90,9 +90,10 @@ class OffPolicyOptions:
     """Prioritised replay: learner updates over which the weights' exponent grows linearly to 1."""
     priority_epsilon: float = 1e-6
     """Prioritised replay: added to |TD error|, so no transition's priority is 0."""
-    compile: str = "off"
-    """Captured learner update (agents/captured.py): "on" replays each update as one CUDA graph (torch.compile on a
-    CPU), "auto" captures on CUDA only, "off" runs it eagerly (the reference)."""
+    compile: str = "auto"
+    """Captured learner update (agents/captured.py): "auto" (the default) replays each update as one CUDA graph on
+    CUDA and runs it eagerly on a CPU, where compiling does not pay; "on" captures everywhere (torch.compile on a
+    CPU); "off" is eager everywhere (the reference)."""
 
 
 def check(config: Any, field: str, ok: bool, allowed: str) -> None:

@@ -72,9 +72,10 @@ class PPOConfig:
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
     """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
-    compile: str = "off"
-    """captured minibatch update (agents/captured.py): "on" replays each one as one CUDA graph (torch.compile on a
-    CPU), "auto" captures on CUDA only, "off" runs it eagerly (the reference)"""
+    compile: str = "auto"
+    """captured minibatch update (agents/captured.py): "auto" (the default) replays each one as one CUDA graph on
+    CUDA and runs it eagerly on a CPU, where compiling does not pay; "on" captures everywhere (torch.compile on a
+    CPU); "off" is eager everywhere (the reference)"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -188,7 +189,7 @@ class PolicyHead(nn.Module):
         if self.discrete:
             dist = torch.distributions.Categorical(logits=out)
             return dist.log_prob(action), dist.entropy()
-        dist = torch.distributions.Normal(out, self.log_std.exp())
+        dist = torch.distributions.Normal(out, self.log_std.exp(), validate_args=False)
         return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
 
     def env_action(self, obs: Tensor, action: Tensor | None = None) -> Tensor:
