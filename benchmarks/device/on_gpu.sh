@@ -18,6 +18,9 @@
 #                                         # updates (seeds 0 1 2), then eager (seed 0)
 #   benchmarks/device/on_gpu.sh ppo-warp [ARGS]  # PPO's training throughput on WarpAnt-v0, eager and captured,
 #                                         # 4,096 and 16,384 worlds: benchmarks/ppo_throughput.py (issue 23)
+#   benchmarks/device/on_gpu.sh actors [ARGS]  # benchmarks/actor_learner.py: learner ingest, policy lag and the
+#                                         # scheduler's bytes with 1, 2, 4, 8 actor processes on HalfCheetah-v5, the
+#                                         # learner on cuda:0 (issue 25; uses the machine's 16 cores)
 #   benchmarks/device/on_gpu.sh setup     # the install alone (every step installs first, once)
 #   benchmarks/device/on_gpu.sh pack      # everything under $OUT in results.tgz (a call brings back 8 files)
 #   benchmarks/device/on_gpu.sh train-captured  # the shipped Pendulum tournament on CUDA with
@@ -46,7 +49,7 @@
 # brings it back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|pendulum-time|ppo-warp|shared-gpu|warp|train-warp|suite|setup|pack}"
+step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|pendulum-time|ppo-warp|shared-gpu|warp|train-warp|actors|suite|setup|pack}"
 out="${OUT:-/tmp/podracer-out}"
 device="${PODRACER_DEVICE:-cuda}"  # cpu only to rehearse this script on a machine without one
 build=.device/build
@@ -202,6 +205,10 @@ ppo-warp)
     install
     python3 benchmarks/ppo_throughput.py --device "$device" "${@:2}" 2>&1 | tee "$out/ppo_throughput.txt"
     ;;
+actors)  # one IMPALA agent fed by 1, 2, 4, 8 actor processes on HalfCheetah-v5, the learner on the GPU (issue 25)
+    install
+    python3 benchmarks/actor_learner.py "${@:2}" 2>&1 | tee "$out/actor_learner.txt"
+    ;;
 setup)  # the install alone, so that a time limit on the next step does not cut it short
     install
     ;;
@@ -243,7 +250,7 @@ suite)
     ;;
 *)
     echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured, pendulum-time," \
-         "ppo-warp, shared-gpu, warp, train-warp, suite, setup or pack" >&2
+         "ppo-warp, shared-gpu, warp, train-warp, actors, suite, setup or pack" >&2
     exit 2
     ;;
 esac
