@@ -280,6 +280,23 @@ class ActorsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LearnersConfig:
+    """[learners]: each segment is `workers` learner tasks that train one agent, averaging gradients every step
+    (docs/actor_learner.md, "Several learners")."""
+
+    workers: int = 2
+    """Learner tasks per segment, each stepping its own envs; a segment then takes this many of the cluster's slots.
+    1 is a plain one-task segment."""
+    connect_timeout: float = 120.0
+    """Seconds the learners may take to meet (waiting for slots included), and the longest any step may wait for
+    the slowest learner, before the segment fails."""
+
+    def __post_init__(self) -> None:
+        _require(self.workers >= 1, "learners.workers", ">= 1", self.workers)
+        _require(self.connect_timeout > 0, "learners.connect_timeout", "> 0", self.connect_timeout)
+
+
+@dataclasses.dataclass(frozen=True)
 class StoreConfig:
     keep_per_agent: int = 2
     """Checkpoints each live agent keeps: its newest ones (at least 1, the one it trains on from). An older one
@@ -321,6 +338,15 @@ class Config:
     """Where finished segments are logged besides the store ([logging]): TensorBoard, MLflow."""
     actors: ActorsConfig | None = None
     """[actors]: segments of a learner task and actor tasks; None (no [actors] section): one task each."""
+    learners: LearnersConfig | None = None
+    """[learners]: segments of several learner tasks averaging gradients; None (no [learners] section): one."""
+
+    @property
+    def slots_per_segment(self) -> int:
+        """The cluster slots one segment takes at once: its learners, and its actors."""
+        if self.actors is not None:
+            return self.actors.slots_per_segment
+        return self.learners.workers if self.learners is not None else 1
 
     @property
     def hparams(self) -> Mapping[str, Any]:
@@ -373,9 +399,9 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
 
 
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
-    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors"})
+    unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors", "learners"})
     if unknown:
-        known = ", ".join([*_SECTIONS, "hparams", "search", "groups", "actors"])
+        known = ", ".join([*_SECTIONS, "hparams", "search", "groups", "actors", "learners"])
         raise ConfigError(f"unknown section {unknown[0]!r} (known: {known})")
     sections = {}
     for name, cls in _SECTIONS.items():
@@ -402,7 +428,8 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
             raise ConfigError("missing key run.algorithm (or declare [[groups]])")
         single = {"algorithm": run.algorithm, "hparams": data.get("hparams", {}), "search": data.get("search", {})}
         groups = (_group(single, "", tournament),)
-    return Config(**sections, groups=groups, source=source, actors=_actors(data, groups))
+    return Config(**sections, groups=groups, source=source, actors=_actors(data, groups),
+                  learners=_learners(data, groups, sections["cluster"]))
 
 
 def _actors(data: Mapping[str, Any], groups: tuple[GroupConfig, ...]) -> ActorsConfig | None:
@@ -424,6 +451,32 @@ def _actors(data: Mapping[str, Any], groups: tuple[GroupConfig, ...]) -> ActorsC
             raise ConfigError(f"{prefix}.normalize_rewards must be false with [actors] (the actors' returns would "
                               f"interleave in the learner's statistics)")
     return actors
+
+
+def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster: ClusterConfig) -> LearnersConfig | None:
+    """[learners], when the config has one: every group's algorithm must keep in step on several learners, each
+    learner needs a worker process of its own (torch.distributed has one process group per process), and the
+    learners of a segment must all run at once."""
+    if "learners" not in data:
+        return None
+    learners = _dataclass_from(LearnersConfig, _table(data["learners"], "learners"), "learners")
+    if "actors" in data:
+        raise ConfigError("learners: [learners] with [actors] is not built yet (several learners each with actors); "
+                          "keep one of the two")
+    pending = _table(data.get("tournament", {}), "tournament").get("pending", 0)
+    _require(pending == 0, "tournament.pending", "0 with [learners]", pending)  # as with [actors]
+    _require(cluster.threads_per_worker == 1, "cluster.threads_per_worker", "1 with [learners]",
+             cluster.threads_per_worker)
+    if cluster.gpu_sharing == "threads" and cluster.segments_per_gpu > 1:
+        raise ConfigError('cluster.gpu_sharing must be "processes" with [learners] (a learner needs a worker process '
+                          'of its own)')
+    for group in groups:
+        if not algorithm_info(group.algorithm).data_parallel:
+            able = [a for a in registered_algorithms() if algorithm_info(a).data_parallel]
+            raise ConfigError(f"learners: group {group.name!r} uses {group.algorithm!r}, which cannot train with "
+                              f"several learners (algorithms that can: {', '.join(able)}); remove [learners] or "
+                              f"change it")
+    return learners
 
 
 _GROUP_KEYS = ("name", "algorithm", "weight", "env_steps", "hparams", "search")

@@ -11,8 +11,8 @@ import inspect
 from pathlib import Path
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
-from dask_podracer.config import (ActorsConfig, ClusterConfig, GroupConfig, LoggingConfig, RunConfig, SegmentConfig,
-                                  StoreConfig, TournamentConfig)
+from dask_podracer.config import (ActorsConfig, ClusterConfig, GroupConfig, LearnersConfig, LoggingConfig, RunConfig,
+                                  SegmentConfig, StoreConfig, TournamentConfig)
 from dask_podracer.search import KINDS
 
 SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": SegmentConfig, "cluster": ClusterConfig,
@@ -68,7 +68,12 @@ def render() -> str:
             "## [actors]: one agent on several workers", "",
             "Optional. With it, each segment is one learner task and `workers` actor tasks on other workers, and",
             "the run's algorithm must be one that learns from actor tasks (docs/actor_learner.md).", "",
-            *table(ActorsConfig), ""]
+            *table(ActorsConfig), "",
+            "## [learners]: one agent trained by several learners", "",
+            "Optional. With it, each segment is `workers` learner tasks, one per worker, that average their gradients",
+            "every step with torch.distributed, and the run's algorithm must be one that keeps them in step",
+            "(docs/actor_learner.md, \"Several learners\").", "",
+            *table(LearnersConfig), ""]
     for algorithm in registered_algorithms():
         info = algorithm_info(algorithm)
         out += [f"## [hparams] for `algorithm = \"{algorithm}\"`", "",

@@ -31,7 +31,8 @@ TINY = {  # tests/test_tournament.py's tiny SAC tournament
 PAGES = {"Individual Podracer": "/individual-podracer",
          "Individual Podracer Leaderboard": "/individual-podracer-leaderboard",
          "Individual Podracer Pool": "/individual-podracer-pool",
-         "Individual Podracer Curves": "/individual-podracer-curves"}
+         "Individual Podracer Curves": "/individual-podracer-curves",
+         "Individual Podracer Lag": "/individual-podracer-lag"}
 
 
 def tiny_config(store, segment=None, **run):
@@ -75,6 +76,8 @@ def test_the_embedded_cluster_lists_the_live_pages_for_dask_labextension(embedde
     assert len(live(f"{base}/individual-podracer-curves")["figures"]) == 2
     pool_only = live(f"{base}/individual-podracer-pool")
     assert pool_only["pool"] is not None and pool_only["board"] is None and not pool_only["figures"]
+    with pull_session(url=f"{base}/individual-podracer-lag") as session:  # no run with [actors]: the figure hidden
+        assert not session.document.select_one({"name": "podracer-policy-lag-section"}).visible
 
 
 def test_the_live_page_shows_the_training_pool_then_the_leaderboard(embedded, tmp_path):

@@ -69,6 +69,12 @@ class AlgorithmInfo:
     multi_agent: bool = False
     """Whether its agents are teams acting in a multi-agent VecEnv (envs/multi_agent/base.py); a config pairing a
     single-agent algorithm with a multi-agent env, or the reverse, is refused."""
+    data_parallel: bool = False
+    """Whether several learners may train one of its agents, averaging gradients every step (`[learners]`,
+    train/learners.py): its `train_iteration` makes the same optimiser steps on every learner for the same env
+    steps, its acting depends on no statistics each learner gathers from its own data (running normalisers), its
+    optimisers are attributes of the agent, and its update is eager (a captured one cannot all-reduce inside its
+    graph)."""
 
 
 _ALGORITHMS: dict[str, AlgorithmInfo] = {}

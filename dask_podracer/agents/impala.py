@@ -264,4 +264,5 @@ register_algorithm(AlgorithmInfo(
     config_cls=IMPALAConfig,
     factory=IMPALAAgent,
     tunable=("learning_rate", "gamma", "rho_bar", "c_bar", "ent_coef", "vf_coef", "max_grad_norm", "reward_scale"),
+    data_parallel=True,  # one rollout, one gradient step per iteration: [learners] keep in step
 ))

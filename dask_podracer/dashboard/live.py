@@ -3,8 +3,9 @@
 It draws the `Snapshot`s it is handed: the leaderboard (a DataTable), the training pool
 (which agent's segment runs on which worker and device, since when, with which hyper-parameters),
 the seeds' two learning curves, reward vs wall-clock time and reward vs env steps,
-one colour per agent plus the best score so far, and the population views (`population.py`):
-the lineage tree, and each tuned hyper-parameter over wall-clock and against the score.
+one colour per agent plus the best score so far, the policy lag of actor-learner segments
+(`policy_lag.py`; shown only once a segment reports one), and the population views
+(`population.py`): the lineage tree, and each tuned hyper-parameter over wall-clock and against the score.
 Read-only: nothing on the page writes.
 Which scheduler, which store and how to read them is `population/dashboard_preload.py`'s
 business; this module knows only Bokeh.
@@ -24,11 +25,12 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from dask_podracer.dashboard.plots import curves
+from dask_podracer.dashboard.policy_lag import lag_columns, lag_figure
 from dask_podracer.dashboard.population import agent_order, hparam_series, lineage_graph, log_scale, tuned
 from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
 from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
 
-PARTS = ("leaderboard", "pool", "curves", "lineage", "hparams")
+PARTS = ("leaderboard", "pool", "curves", "lag", "lineage", "hparams")
 REFRESH_MS = 2000
 """How often an open page asks for a new snapshot (the store is read at most once a second anyway)."""
 LEGEND_AGENTS = 12
@@ -73,6 +75,15 @@ class PodracerView:
             self.figures = [self._figure("wall", "wall-clock seconds", single), self._figure("steps", "env steps", single)]
             items += [_heading("Episodic reward vs wall-clock time and vs env steps", single),
                       row(*self.figures, sizing_mode="stretch_both" if single else "stretch_width")]
+        self.lag = ColumnDataSource(lag_columns([]), name="podracer-policy-lag-source")
+        self.lag_section = column(_heading("Policy lag of actor-learner segments: median, p95 and max of the rollouts "
+                                           "each learner trained on, in learner updates", single),
+                                  lag_figure(self.lag, sizing_mode="stretch_both" if single else "stretch_width"),
+                                  name="podracer-policy-lag-section", visible=False,
+                                  sizing_mode="stretch_both" if single else "stretch_width")
+        self.no_lag = Div(text=NO_LAG, visible=single)  # a panel of its own says why it is empty
+        if "lag" in self.parts:
+            items += [self.lag_section, self.no_lag]
         self.nodes, self.edges = (ColumnDataSource(d) for d in lineage_graph([]))
         if "lineage" in self.parts:
             items += [_heading("Lineage: each segment at (wall-clock, agent), an edge from the checkpoint it started "
@@ -97,6 +108,11 @@ class PodracerView:
                 _set(source, data)
             for fig in self.figures:
                 fig.legend.visible = len(lines["agent"]) <= LEGEND_AGENTS
+        if "lag" in self.parts:
+            lag = lag_columns(snapshot.history)
+            _set(self.lag, lag)
+            self.lag_section.visible = bool(lag["key"])  # runs without actors report no lag: nothing to show
+            self.no_lag.visible = len(self.parts) == 1 and not lag["key"]
         if "lineage" in self.parts:
             nodes, edges = lineage_graph(snapshot.history)
             _set(self.nodes, nodes)
@@ -181,6 +197,7 @@ def curve_columns(history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[
 
 
 NO_TUNED = "<p>(no hyper-parameter differs between the finished segments yet)</p>"
+NO_LAG = "<p>(no finished segment has reported a policy lag: only segments with [actors] do)</p>"
 
 
 def _header(snapshot: Snapshot) -> str:

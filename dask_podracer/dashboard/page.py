@@ -1,4 +1,5 @@
-"""The plain Podracer page, as HTML: leaderboard, training pool, learning curves.
+"""The plain Podracer page, as HTML: leaderboard, training pool, learning curves, the policy lag of actor-learner
+segments (when a segment reports one), lineage and tuned hyper-parameters.
 
 The fallback of the live Bokeh page (`live.py`): it needs no Bokeh server and no preload
 on the scheduler, refreshes itself by reloading, and is what a script or `curl` can read.
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dask_podracer.dashboard.plots import curves
+from dask_podracer.dashboard.policy_lag import lag_table_html
 from dask_podracer.dashboard.population import finished, hparam_series, lineage_graph, log_scale, tuned
 from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
 from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
@@ -31,6 +33,7 @@ def render_page(snapshot: Snapshot) -> str:
                 "<h2>Leaderboard</h2>", _leaderboard(snapshot.board),
                 "<h2>Training pool</h2>", _pool(snapshot.running, snapshot.taken),
                 "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(snapshot.history),
+                _policy_lag(snapshot.history),
                 "<h2>Lineage and tuned hyper-parameters</h2>", _population(snapshot.history)]
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Podracer</title>"
             f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'><style>{_CSS}</style></head>"
@@ -85,6 +88,12 @@ def _curves(history: Sequence[Mapping[str, Any]]) -> str:
         figs.append(fig)
     script, div = components(row(*figs))
     return INLINE.render_js() + script + div  # inline: no network needed to draw
+
+
+def _policy_lag(history: Sequence[Mapping[str, Any]]) -> str:
+    """The newest actor-learner segments' policy lag; nothing for a run without actors."""
+    table = lag_table_html(history)
+    return table and ("<h2>Policy lag of actor-learner segments (learner updates; newest first)</h2>" + table)
 
 
 def _population(history: Sequence[Mapping[str, Any]]) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from distributed import Future, get_client, get_worker
-from distributed.comm import get_address_host
+from distributed import Future, get_client
 
+from dask_podracer.population.worker_slot import current_slot
 from dask_podracer.train import SegmentSpec
 from dask_podracer.train.actor_learner import run_actor
 
@@ -45,12 +45,8 @@ class DaskActorTasks:
     """`ActorLauncher` on Dask, for the learner task running now on this worker."""
 
     def __init__(self, spec: SegmentSpec) -> None:
-        worker = get_worker()
         self.spec = spec
-        self.host = get_address_host(worker.address)
-        running = worker.state.tasks.get(worker.get_current_task())
-        # the slot kind the orchestrator gave the learner (CPU or GPU, or none): each actor takes one of it
-        self.resources = dict(running.resource_restrictions) if running and running.resource_restrictions else None
+        self.host, self.resources = current_slot()  # each actor takes a slot of the learner's kind
         self.futures: list[Future] = []
         self.hang_up: Callable[[], None] | None = None
 

@@ -9,10 +9,12 @@ entry of `distributed.dashboard.scheduler.applications` as a Bokeh app: register
 the routes below when this module is imported is therefore in time, and being Bokeh
 apps named `individual-*`, dask-labextension lists them too.
 
-    /individual-podracer              leaderboard, training pool, learning curves, lineage, hyper-parameters
+    /individual-podracer              leaderboard, training pool, learning curves, policy lag (with [actors]),
+                                      lineage, hyper-parameters
     /individual-podracer-leaderboard  one panel each, for dask-labextension's layouts
     /individual-podracer-pool
     /individual-podracer-curves
+    /individual-podracer-lag
     /individual-podracer-lineage
     /individual-podracer-hparams
 
@@ -30,10 +32,11 @@ from typing import Any
 from dask_podracer.population.monitor import ROUTE, current_snapshot, current_snapshot_now
 
 ROUTES: dict[str, tuple[str, ...]] = {
-    ROUTE: ("leaderboard", "pool", "curves", "lineage", "hparams"),
+    ROUTE: ("leaderboard", "pool", "curves", "lag", "lineage", "hparams"),
     f"{ROUTE}-leaderboard": ("leaderboard",),
     f"{ROUTE}-pool": ("pool",),
     f"{ROUTE}-curves": ("curves",),
+    f"{ROUTE}-lag": ("lag",),
     f"{ROUTE}-lineage": ("lineage",),
     f"{ROUTE}-hparams": ("hparams",),
 }

@@ -6,7 +6,7 @@ records, from the scheduler's transitions, when each segment began running where
 `current_snapshot(scheduler)` combines the two for the pages:
 
 - the live Bokeh page at `/individual-podracer` (and its `-leaderboard`, `-pool`,
-  `-curves`, `-lineage`, `-hparams` panels), when the scheduler preloaded
+  `-curves`, `-lag`, `-lineage`, `-hparams` panels), when the scheduler preloaded
   `population/dashboard_preload.py`;
 - the plain HTML page, always at `/podracer.html`, and at `/individual-podracer` too
   when the live page is absent (a scheduler started without the preload).

@@ -155,7 +155,7 @@ def _probe_worker(config: Config) -> str | None:
 
     import torch
 
-    from dask_podracer.population.tasks import worker_device
+    from dask_podracer.population.worker_slot import worker_device
     from dask_podracer.store import PodracerStore
     from dask_podracer.train import resolve_device
 
@@ -183,8 +183,8 @@ def check_workers(client: Client, config: Config) -> None:
     store), `segment.device = "cuda"` on workers without a GPU, or an env a worker cannot build
     (gymnasium's MuJoCo missing there) fails here, once, naming the worker, not in every segment.
     """
-    if config.actors is not None:
-        check_actor_slots(config, cluster_slots(client, wait_seconds=0, requested=config.cluster.resource,
+    if config.slots_per_segment > 1:
+        check_segment_slots(config, cluster_slots(client, wait_seconds=0, requested=config.cluster.resource,
                                                 gpu_share=gpu_share_of(config.cluster)))
     answers = client.run(_probe_worker, config, on_error="return")
     for worker, answer in sorted(answers.items()):
@@ -195,23 +195,26 @@ def check_workers(client: Client, config: Config) -> None:
                                f"{_first_line(answer)}")
 
 
-def check_actor_slots(config: Config, slots: Slots) -> None:
-    """With [actors], every segment in the pool needs a slot for its learner and one per actor at once: a cluster
-    that cannot place them is refused in one line naming the field (a learner would wait on actors that never
-    start). A cluster with no slot yet (an adaptive one, starting empty) is left to grow."""
-    actors = config.actors
-    if actors is None or slots.count == 0:
+def check_segment_slots(config: Config, slots: Slots) -> None:
+    """With [actors] or [learners], every segment in the pool needs all its slots at once (its learners, and its
+    actors): a cluster that cannot place them is refused in one line naming the field (a learner would wait on
+    peers that never start). A cluster with no slot yet (an adaptive one, starting empty) is left to grow."""
+    need = config.slots_per_segment
+    if need == 1 or slots.count == 0:
         return
-    need, kind = actors.slots_per_segment, next(iter(slots.resources or {"thread": 1}))
+    kind = next(iter(slots.resources or {"thread": 1}))
+    if config.actors is not None:
+        field, value, parts = "actors.workers", config.actors.workers, f"a learner and {config.actors.workers} actors"
+    else:
+        field, value, parts = "learners.workers", need, f"{need} learners"
     if need > slots.count:
-        raise ConfigError(f"{config.source}: actors.workers = {actors.workers} needs {need} slots per segment (a "
-                          f"learner and {actors.workers} actors) but the cluster offers {slots.count} ({kind}); "
-                          f"lower actors.workers or add workers")
+        raise ConfigError(f"{config.source}: {field} = {value} needs {need} slots per segment ({parts}) but the "
+                          f"cluster offers {slots.count} ({kind}); lower {field} or add workers")
     pool = config.tournament.pool_size
     if pool * need > slots.count:
-        raise ConfigError(f"{config.source}: tournament.pool_size = {pool} with actors.workers = {actors.workers} "
-                          f"needs {pool * need} slots but the cluster offers {slots.count} ({kind}); lower "
-                          f"tournament.pool_size (0 fits the pool to the cluster)")
+        raise ConfigError(f"{config.source}: tournament.pool_size = {pool} with {field} = {value} needs {pool * need} "
+                          f"slots but the cluster offers {slots.count} ({kind}); lower tournament.pool_size (0 fits "
+                          f"the pool to the cluster)")
 
 
 def _first_line(error: BaseException) -> str:

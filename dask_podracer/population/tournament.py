@@ -25,7 +25,7 @@ from dask_podracer.population.updater import update_leaderboard
 from dask_podracer.search import sample_hparams
 from dask_podracer.store.records import LeaderboardEntry
 from dask_podracer.train import SegmentResult, SegmentSpec
-from dask_podracer.train.spec import ActorsSpec
+from dask_podracer.train.spec import ActorsSpec, LearnersSpec
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -104,6 +104,8 @@ class Train:
     share_replay: bool
     actors: ActorsSpec | None = None
     """[actors]: the segment is a learner task that starts actor tasks; None: one task."""
+    learners: LearnersSpec | None = None
+    """[learners]: the segment is several learner tasks averaging gradients; None: one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +159,7 @@ def segment_spec(train: Train, store_url: str, seconds_left: float) -> SegmentSp
         eval_episodes=train.eval_episodes, device=train.device, torch_threads=train.torch_threads,
         generation=train.plan.generation, load_replay=train.plan.load_replay, share_replay=train.share_replay,
         env_kwargs=train.env_kwargs, eval_env_kwargs=train.eval_env_kwargs, actors=train.actors,
+        learners=train.learners,
     )
 
 
@@ -166,6 +169,13 @@ def _actors_spec(config: Config) -> ActorsSpec | None:
         return None
     return ActorsSpec(workers=actors.workers, max_policy_lag=actors.max_policy_lag, reuse=actors.reuse,
                       weights_every=actors.weights_every, connect_timeout=actors.connect_timeout)
+
+
+def _learners_spec(config: Config) -> LearnersSpec | None:
+    learners = config.learners
+    if learners is None or learners.workers == 1:  # one learner: a plain segment
+        return None
+    return LearnersSpec(workers=learners.workers, connect_timeout=learners.connect_timeout)
 
 
 def _default_key(index: int) -> str:
@@ -367,7 +377,8 @@ class Tournament:
                      env_step_budget=group.env_steps or segment.env_steps, algorithm=group.algorithm, env=run.env,
                      env_kwargs=run.env_kwargs, eval_env_kwargs=run.eval_env_kwargs, seconds=segment.seconds,
                      eval_episodes=segment.eval_episodes, device=segment.device, torch_threads=segment.torch_threads,
-                     share_replay=config.tournament.replay == "share", actors=_actors_spec(config))
+                     share_replay=config.tournament.replay == "share", actors=_actors_spec(config),
+                     learners=_learners_spec(config))
 
     def _stop(self, eid: int, reason: str, cancel: bool) -> list[Instruction]:
         self.stopped = reason
@@ -395,8 +406,7 @@ class Tournament:
     # -- queries ------------------------------------------------------------------------------
     def target_agents(self) -> int:
         """Agents that should be training: the pool size, or the cluster's slots, plus the pending extra."""
-        actors = self.config.actors  # an actor-learner segment takes 1 + actors.workers slots
-        per_segment = actors.slots_per_segment if actors else 1
+        per_segment = self.config.slots_per_segment  # its learners and its actors
         return (self.config.tournament.pool_size or self.slots // per_segment) + self.config.tournament.pending
 
     def active_agents(self) -> list[AgentState]:

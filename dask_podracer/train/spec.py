@@ -33,6 +33,23 @@ class ActorsSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class LearnersSpec:
+    """How many learners train one segment's agent together, averaging gradients every step (`[learners]`)."""
+
+    workers: int
+    """Learner tasks, this one (rank 0) included; each steps its own envs (`train/learners.py`)."""
+    connect_timeout: float = 120.0
+    """Seconds the learners may take to meet (waiting for slots included), and the longest any collective may wait."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 2:
+            raise ValueError(f"learners.workers must be >= 2 in a spec (one learner is a plain segment), got "
+                             f"{self.workers!r}")
+        if self.connect_timeout <= 0:
+            raise ValueError(f"learners.connect_timeout must be > 0, got {self.connect_timeout!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class SegmentSpec:
     """Everything one segment needs; a segment is a pure function of this."""
 
@@ -75,10 +92,14 @@ class SegmentSpec:
     """Keyword arguments the evaluation env is built with on top of `env_kwargs` (`run.eval_env_kwargs`)."""
     actors: ActorsSpec | None = None
     """None: one task trains. Set: this task is the learner of actor tasks (`train/actor_learner.py`)."""
+    learners: LearnersSpec | None = None
+    """None: one learner. Set: this task is rank 0 of several learners averaging gradients (`train/learners.py`)."""
 
     def __post_init__(self) -> None:
         if self.env_step_budget <= 0 and self.seconds <= 0:
             raise ValueError("a segment needs a budget: env_step_budget > 0 or seconds > 0")
+        if self.actors is not None and self.learners is not None:
+            raise ValueError("a segment has either actors or several learners, not both (not built yet)")
 
 
 @dataclasses.dataclass(frozen=True)
