@@ -9,8 +9,10 @@ one thread and on every core this process may use; gymnasium's `SyncVectorEnv` (
 and `AsyncVectorEnv` (a process per env: 2 processes at 2 envs), stepped with numpy actions,
 no adapter. Random actions are drawn beforehand. Every configuration is timed in `--rounds`
 rounds taken in turn, and its best round counts, so work that others run on the machine
-meanwhile weighs on every configuration alike. The last line is JSON: our best figure, gymnasium's
-best (any vector env, any number of envs) and their ratio.
+meanwhile weighs on every configuration alike. Beside each rate, the CPU time its processes
+(this one, and an async env's workers) spent per env step in that round: what a step costs,
+whatever share of the cores others left it. The last line is JSON: our best figure, gymnasium's
+best (any vector env, any number of envs), their ratio, and the CPU time per step of each.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
 
 from dask_podracer.envs import make_vec_env
@@ -31,15 +34,23 @@ from dask_podracer.envs.mujoco_batched import available_cores
 ASYNC_MAX_ENVS = 16  # a process per env: beyond this, on a small machine, only slower
 
 
-def steps_per_second(step: Callable[[int], object], num_envs: int, seconds: float) -> float:
-    """Env steps per second of `step(t)` over at least `seconds` and 5 calls, after 3 warm-up calls."""
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User and system CPU time `processes` have spent so far, all their threads together."""
+    return sum(sum(p.cpu_times()[:2]) for p in processes)
+
+
+def steps_per_second(config: Ours | Gymnasium, num_envs: int, seconds: float) -> tuple[float, float]:
+    """Env steps per second of `config.step(t)` over at least `seconds` and 5 calls, after 3 warm-up calls, and
+    the CPU µs its processes spent per env step meanwhile."""
     for t in range(3):
-        step(t)
-    calls, start = 0, time.perf_counter()
+        config.step(t)
+    processes = config.processes()
+    calls, cpu, start = 0, cpu_seconds(processes), time.perf_counter()
     while calls < 5 or time.perf_counter() - start < seconds:
-        step(calls)
+        config.step(calls)
         calls += 1
-    return num_envs * calls / (time.perf_counter() - start)
+    elapsed, cpu = time.perf_counter() - start, cpu_seconds(processes) - cpu
+    return num_envs * calls / elapsed, 1e6 * cpu / (num_envs * calls)
 
 
 class Ours:
@@ -54,6 +65,9 @@ class Ours:
     def step(self, t: int) -> object:
         return self.env.step(self.actions[t % 16])
 
+    def processes(self) -> list[psutil.Process]:
+        return [psutil.Process()]
+
     def close(self) -> None:
         self.env.close()
 
@@ -67,6 +81,10 @@ class Gymnasium:
 
     def step(self, t: int) -> object:
         return self.env.step(self.actions[t % 16])
+
+    def processes(self) -> list[psutil.Process]:
+        """This process, and an AsyncVectorEnv's env processes."""
+        return [psutil.Process(), *(psutil.Process(p.pid) for p in getattr(self.env, "processes", ()))]
 
     def close(self) -> None:
         self.env.close()
@@ -102,25 +120,28 @@ def main() -> None:
 
     built = {(n, label): make() for n in sizes for label, make in configurations(args.env, n, cores).items()}
     rates: dict[tuple[int, str], float] = {}
+    cpu: dict[tuple[int, str], float] = {}  # CPU µs per env step in the best round
     for _ in range(args.rounds):
         for key, config in built.items():
-            rate = steps_per_second(config.step, key[0], seconds)
-            rates[key] = max(rates.get(key, 0.0), rate)
+            rate, cost = steps_per_second(config, key[0], seconds)
+            if rate > rates.get(key, 0.0):
+                rates[key], cpu[key] = rate, cost
     for config in built.values():
         config.close()
 
-    print(f"\n| envs | {'configuration':<28} | steps/s |")
-    print(f"| ---: | {'-' * 28} | ---: |")
+    print(f"\n| envs | {'configuration':<30} | steps/s | CPU µs/step |")
+    print(f"| ---: | {'-' * 30} | ---: | ---: |")
     for (n, label), rate in rates.items():
-        print(f"| {n:>4} | {label:<28} | {rate:>9,.0f} |")
-    ours = max(rate for (_, label), rate in rates.items() if label.startswith("ours"))
-    gymnasium = max(rate for (_, label), rate in rates.items() if label.startswith("gymnasium"))
+        print(f"| {n:>4} | {label:<30} | {rate:>7,.0f} | {cpu[n, label]:>11,.0f} |")
     best = {side: max(((n, label) for (n, label) in rates if label.startswith(side)), key=rates.__getitem__)
             for side in ("ours", "gymnasium")}
+    ours, gymnasium = rates[best["ours"]], rates[best["gymnasium"]]
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     print(json.dumps({"env": args.env, "ours": round(ours), "gymnasium": round(gymnasium),
                       "ratio": round(ours / gymnasium, 2), "ours_best": f"{best['ours'][1]}, {best['ours'][0]} envs",
-                      "gymnasium_best": f"{best['gymnasium'][1]}, {best['gymnasium'][0]} envs", "cores": cores}))
+                      "gymnasium_best": f"{best['gymnasium'][1]}, {best['gymnasium'][0]} envs",
+                      "ours_cpu_us_per_step": round(cpu[best["ours"]]),
+                      "gymnasium_cpu_us_per_step": round(cpu[best["gymnasium"]]), "cores": cores}))
 
 
 if __name__ == "__main__":

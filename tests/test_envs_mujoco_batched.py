@@ -114,3 +114,43 @@ def test_takes_gymnasiums_keyword_arguments_and_refuses_others():
     env.close()
     with pytest.raises(ValueError, match="MujocoAnt-v5.*healthy_range"):
         make_vec_env("MujocoAnt-v5", 1, healthy_range=(0, 1))
+
+
+def test_steps_without_the_bindings_profiler_clock_and_puts_it_back():
+    """MuJoCo 4's bindings give the profiler a clock of their own (7-10% of an Ant step); the simulations step
+    without it, which changes `MjData.timer` only (the gymnasium comparison above runs with it on), and leave a
+    clock set by the caller alone."""
+    import mujoco
+
+    from dask_podracer.envs.mujoco_threads import ProfilerClockOff, _mjcb_time
+
+    slot = _mjcb_time()
+    if slot is None or not slot.value:
+        pytest.skip("no bindings' clock to switch off: ctypes cannot reach mjcb_time, or it is NULL")
+    bindings_clock = slot.value
+    with ProfilerClockOff():
+        assert slot.value is None
+        with ProfilerClockOff():  # nested, as envs stepped from several threads are
+            assert slot.value is None
+        assert slot.value is None
+    assert slot.value == bindings_clock
+
+    env = make_vec_env("MujocoAnt-v5", 2, seed=0, threads=2)
+    env.reset()
+    env.step(torch.zeros(2, 8))
+    assert slot.value == bindings_clock
+    assert env.sims.datas[0].timer[mujoco.mjtTimer.mjTIMER_STEP].duration == 0.0  # stepped untimed
+    calls = []
+
+    def clock() -> float:  # a profiler of the caller's
+        calls.append(None)
+        return float(len(calls))
+
+    mujoco.set_mjcb_time(clock)
+    try:
+        env.step(torch.zeros(2, 8))
+        assert calls  # the caller's clock ran during the step
+    finally:
+        mujoco.set_mjcb_time(None)
+    assert slot.value == bindings_clock
+    env.close()

@@ -28,6 +28,9 @@ from dask_podracer.envs.gym_adapter import relay_mujoco_warnings
 from dask_podracer.envs.mujoco_tasks import TASKS, MujocoTask
 from dask_podracer.envs.mujoco_threads import ThreadedSimulations
 
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.int64: np.int64}
+"""The numpy dtype of each tensor dtype `MujocoVecEnv` returns."""
+
 
 def available_cores() -> int:
     """The cores this process may run on (a Dask worker's affinity, a container's cpuset)."""
@@ -89,7 +92,9 @@ class MujocoVecEnv:
         return [np_random(None if seed is None else int(seed) + i)[0] for i in range(self.num_envs)]
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype) -> Tensor:
-        return torch.from_numpy(np.array(array, copy=True)).to(device=self.device, dtype=dtype)
+        # numpy makes the one copy, already in the tensor's dtype (float64 -> float32 rounds as torch's cast does)
+        tensor = torch.from_numpy(np.array(array, dtype=_NUMPY_DTYPES[dtype]))
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     def _restart(self, ids: np.ndarray) -> np.ndarray:
         """Restart envs `ids` `[k]` from gymnasium's noisy initial state; their observations `[k, obs_dim]`."""

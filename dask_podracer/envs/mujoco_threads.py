@@ -11,17 +11,89 @@ Why not `mujoco.batch.Batch` (MuJoCo 4's threaded batch) or `mujoco.rollout`: ne
 call `mj_rnePostConstraint` after a step, and gymnasium's Ant and Humanoid observe the
 `cfrc_ext` it computes from what RK4's last stage left in MjData. A force sensor makes
 `mj_step` compute `cfrc_ext` itself, but from the first stage's contacts: different numbers
-from the first contact on.
+from the first contact on. A persistent `Batch` keeps each simulation's MjData, and copying it
+out (`get_data`, ~5 µs) to call `mj_rnePostConstraint` there does give gymnasium's numbers, but
+costs more than the Python it saves (Ant-v5, 16 envs, one thread, 2026-11-27: 190-194 CPU µs per
+env step against 185-190 here; `Batch.step` alone, without `cfrc_ext`, 170-179). Where the time
+goes (same measurement): MuJoCo's physics is ~90% of an Ant step, the Python around each
+simulation a few %, and the batched numpy and torch of `envs/mujoco_batched.py` ~7%.
+
+The profiler clock that MuJoCo 4's bindings install cost 7-10% of an Ant step's CPU time, and no
+number depends on it: the simulations step without it (`ProfilerClockOff`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import itertools
+import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
 from typing import Any
 
 import numpy as np
+
+
+def _mjcb_time() -> ctypes.c_void_p | None:
+    """MuJoCo's C global `mjcb_time` in the library the bindings loaded, or None where ctypes cannot reach it."""
+    import mujoco
+
+    folder = os.path.dirname(mujoco.__file__)
+    for pattern in ("libmujoco.so*", "libmujoco*.dylib", "mujoco.dll"):
+        for path in sorted(glob.glob(os.path.join(folder, pattern))):
+            try:  # dlopen of a loaded library's path gives that same library
+                return ctypes.c_void_p.in_dll(ctypes.CDLL(path), "mjcb_time")
+            except (OSError, ValueError):
+                continue
+    return None
+
+
+class ProfilerClockOff:
+    """While entered, MuJoCo's profiler goes without the clock that MuJoCo's Python bindings give it.
+
+    MuJoCo times each stage of `mj_step` into `MjData.timer` when its C global `mjcb_time` holds a
+    clock. MuJoCo 4's bindings install a clock of their own at import, and `mujoco.set_mjcb_time(None)`
+    puts that clock back rather than clearing it; its calls cost 7-10% of an Ant-v5 env step's CPU time
+    (docs/benchmarks.md, 2026-11-27). Only `MjData.timer` depends on it, no number of the physics, so
+    the simulations here step with `mjcb_time` NULL, as a C program's do by default.
+
+    Process-wide while anyone is inside (a count under a lock, so envs stepped from several threads
+    nest); the bindings' clock is back when the last one leaves, unless a clock was set meanwhile. A
+    clock set with `mujoco.set_mjcb_time` (someone profiling) is left alone. MuJoCo code on other
+    threads of the process at that moment (a gymnasium env) goes untimed meanwhile, or times one stage
+    wrongly; its physics is unchanged. Does nothing where ctypes cannot reach the global.
+    """
+
+    _lock = threading.Lock()
+    _inside = 0
+    _saved: int | None = None  # the bindings' clock while it is off
+    _slot: ctypes.c_void_p | None = None
+    _looked = False
+
+    def __enter__(self) -> None:
+        cls = ProfilerClockOff
+        with cls._lock:
+            if not cls._looked:
+                cls._slot, cls._looked = _mjcb_time(), True
+            if cls._inside == 0 and cls._slot is not None and cls._slot.value:
+                import mujoco
+
+                if mujoco.get_mjcb_time() is None:  # the bindings' own clock, not a caller's
+                    cls._saved, cls._slot.value = cls._slot.value, None
+            cls._inside += 1
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        cls = ProfilerClockOff
+        with cls._lock:
+            cls._inside -= 1
+            if cls._inside == 0 and cls._saved is not None:
+                if cls._slot is not None and not cls._slot.value:  # nobody set a clock meanwhile
+                    cls._slot.value = cls._saved
+                cls._saved = None
 
 
 class ThreadedSimulations:
@@ -52,6 +124,7 @@ class ThreadedSimulations:
         self._outputs = [self.fields[name] for name in names]
         self.threads = max(1, min(int(threads), self.num_sims))
         self._pool = ThreadPoolExecutor(self.threads - 1, "mujoco-step") if self.threads > 1 else None
+        self._clock_off = ProfilerClockOff()
 
     def step(self, ctrl: np.ndarray) -> None:
         """Write `ctrl` `[num_sims, nu]` into every simulation and advance each by `frame_skip` substeps."""
@@ -59,10 +132,14 @@ class ThreadedSimulations:
         # fixed shares: a thread that the OS pauses (on a machine shared with other work) holds up one
         # simulation, not a share of them. Which thread steps which simulation does not change its numbers.
         queue = itertools.count()
-        pending = [self._pool.submit(self._advance, queue, ctrl) for _ in range(self.threads - 1)] if self._pool else []
-        self._advance(queue, ctrl)
-        for future in pending:
-            future.result()  # re-raises a thread's error here
+        with self._clock_off:
+            pending = [self._pool.submit(self._advance, queue, ctrl)
+                       for _ in range(self.threads - 1)] if self._pool else []
+            try:
+                self._advance(queue, ctrl)
+            finally:
+                for future in pending:
+                    future.result()  # re-raises a thread's error here
 
     def _advance(self, queue: Iterator[int], ctrl: np.ndarray) -> None:
         mj, model, n, last = self._mujoco, self.model, self.frame_skip, self.num_sims
@@ -80,14 +157,15 @@ class ThreadedSimulations:
     def reset(self, ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Restart simulations `ids` `[k]` at `qpos` `[k, nq]`, `qvel` `[k, nv]`, as gymnasium's reset does."""
         mj, model = self._mujoco, self.model
-        for i, q, v in zip(ids, qpos, qvel):
-            data = self.datas[i]
-            mj.mj_resetData(model, data)
-            data.qpos[:] = q
-            data.qvel[:] = v
-            mj.mj_forward(model, data)  # leaves cfrc_ext at the zeros mj_resetData wrote, as in gymnasium
-            for out, view in zip(self._outputs, self._views[i]):
-                out[i] = view
+        with self._clock_off:
+            for i, q, v in zip(ids, qpos, qvel):
+                data = self.datas[i]
+                mj.mj_resetData(model, data)
+                data.qpos[:] = q
+                data.qvel[:] = v
+                mj.mj_forward(model, data)  # leaves cfrc_ext at the zeros mj_resetData wrote, as in gymnasium
+                for out, view in zip(self._outputs, self._views[i]):
+                    out[i] = view
 
     def close(self) -> None:
         """Stop the threads."""
