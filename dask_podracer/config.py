@@ -470,12 +470,17 @@ def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster:
     if cluster.gpu_sharing == "threads" and cluster.segments_per_gpu > 1:
         raise ConfigError('cluster.gpu_sharing must be "processes" with [learners] (a learner needs a worker process '
                           'of its own)')
-    for group in groups:
+    for i, group in enumerate(groups):
         if not algorithm_info(group.algorithm).data_parallel:
             able = [a for a in registered_algorithms() if algorithm_info(a).data_parallel]
             raise ConfigError(f"learners: group {group.name!r} uses {group.algorithm!r}, which cannot train with "
                               f"several learners (algorithms that can: {', '.join(able)}); remove [learners] or "
                               f"change it")
+        # "auto" is taken as "off" by each learner (train/segment.py); "on" asked for what cannot be
+        prefix = f"groups[{i}].hparams" if "groups" in data else "hparams"
+        _require(group.hparams.get("compile", "off") != "on", f"{prefix}.compile",
+                 '"auto" or "off" with [learners] (a captured update cannot average gradients inside its graph)',
+                 group.hparams.get("compile"))
     return learners
 
 

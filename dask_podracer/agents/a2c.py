@@ -101,4 +101,5 @@ register_algorithm(AlgorithmInfo(
     config_cls=A2CConfig,
     factory=A2CAgent,
     tunable=("learning_rate", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm", "reward_scale"),
+    data_parallel=True,  # one gradient step per rollout on every learner, normalisers agreed (PPOAgent.join_peers)
 ))

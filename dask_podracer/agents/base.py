@@ -54,6 +54,37 @@ class Agent(Protocol):
         ...
 
 
+class Peers(Protocol):
+    """The learners that train one agent together (`[learners]`, train/learners.py), as an agent sees them: what
+    must come out the same on every learner is reduced here, identically on each (`ALONE`: one learner)."""
+
+    size: int
+    """How many learners, this one included."""
+
+    def mean(self, value: Tensor) -> Tensor:
+        """`value`'s mean over the learners, the same tensor on each."""
+        ...
+
+    def gather(self, value: Tensor) -> Tensor:
+        """`[size, *value.shape]`: every learner's `value`, in rank order, the same on each."""
+        ...
+
+
+class Alone:
+    """One learner: `Peers` that reduce nothing."""
+
+    size = 1
+
+    def mean(self, value: Tensor) -> Tensor:
+        return value
+
+    def gather(self, value: Tensor) -> Tensor:
+        return value.unsqueeze(0)
+
+
+ALONE = Alone()
+
+
 AgentFactory = Callable[[gym.spaces.Space, gym.spaces.Space, Any, torch.device], Agent]
 
 
@@ -72,9 +103,10 @@ class AlgorithmInfo:
     data_parallel: bool = False
     """Whether several learners may train one of its agents, averaging gradients every step (`[learners]`,
     train/learners.py): its `train_iteration` makes the same optimiser steps on every learner for the same env
-    steps, its acting depends on no statistics each learner gathers from its own data (running normalisers), its
-    optimisers are attributes of the agent, and its update is eager (a captured one cannot all-reduce inside its
-    graph)."""
+    steps, its optimisers are attributes of the agent, its update is eager (a captured one cannot all-reduce inside
+    its graph), and whatever else depends on each learner's own data goes through the `Peers` its
+    `join_peers(peers)` is given (PPO and A2C: `target_kl`'s early stop, the running normalisers' statistics), so
+    that every learner's whole `state_dict()` stays identical."""
 
 
 _ALGORITHMS: dict[str, AlgorithmInfo] = {}

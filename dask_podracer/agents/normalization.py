@@ -20,6 +20,10 @@ PPO and A2C store scaled ones; evaluation and every reported return stay raw. It
 travel in checkpoints too, but a checkpoint from the other setting loads: no network's shape
 or input depends on it, and its critic re-learns the scale, as after a change of
 `reward_scale`.
+
+With several learners (`[learners]`), each learner's statistics take in every learner's batch at
+each update (`join`: the batches' moments are gathered and combined), so they normalise alike, as
+one learner with all their envs would; each env's discounted return G stays with its learner.
 """
 
 from __future__ import annotations
@@ -30,12 +34,30 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dask_podracer.agents.base import ALONE, Peers
 from dask_podracer.envs.wrappers import DiscountedReturnScale, RunningMeanStd
 
 CLIP = 10.0
 """Normalised observations and rewards are clipped to ±CLIP (SB3's `clip_obs` and `clip_reward` defaults)."""
 
 EPSILON = 1e-8
+
+
+def combined_moments(moments: Tensor) -> Tensor:
+    """The moments of several batches taken together. `moments` is `[K, 1 + 2 * D]` float64, one row per batch:
+    its count n_k, then its mean m_k `[D]` and its (population) variance v_k `[D]`. Returns `[1 + 2 * D]`, packed
+    the same: N = sum n_k, mean = sum n_k m_k / N, variance = sum n_k (v_k + (m_k - mean)^2) / N."""
+    count, mean, var = moments[:, :1], *moments[:, 1:].chunk(2, dim=1)
+    total = count.sum()
+    mean_all = (count * mean).sum(0) / total
+    var_all = (count * (var + (mean - mean_all) ** 2)).sum(0) / total
+    return torch.cat([total.reshape(1), mean_all, var_all])
+
+
+def share_batches(rms: RunningMeanStd, peers: Peers) -> None:
+    """Make `rms` take in, at each update, the batches of every learner among `peers` together (one gather per
+    update): the same numbers on each learner, so their statistics stay identical. `ALONE`: its own batch only."""
+    rms.combine = None if peers is ALONE else (lambda moments: combined_moments(peers.gather(moments)))
 
 
 class ObservationNormalizer:
@@ -55,6 +77,10 @@ class ObservationNormalizer:
         """Take a batch of collected observations `[B, obs_dim]` into the statistics."""
         if self.enabled:
             self.rms.update(obs.reshape(obs.shape[0], -1))
+
+    def join(self, peers: Peers) -> None:
+        """Keep these statistics identical to those of the other learners among `peers` (`share_batches`)."""
+        share_batches(self.rms, peers)
 
     def normalize_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """A replay batch with its `obs` and `next_obs` normalised."""
@@ -100,6 +126,11 @@ class RewardNormalizer(DiscountedReturnScale):
                 raise ValueError(f"a step of {reward.numel()} rewards, and the agent normalises the returns of "
                                  f"num_envs = {self.returns.numel()} envs")
             super().update(reward, done)
+
+    def join(self, peers: Peers) -> None:
+        """Keep the statistics of the returns identical to those of the other learners among `peers` (each keeps
+        its own envs' returns G)."""
+        share_batches(self.rms, peers)
 
     def normalize_batch(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """A replay batch with its `reward` scaled."""

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents import captured
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, register_algorithm, regress
+from dask_podracer.agents.base import ALONE, AlgorithmInfo, Metrics, Peers, register_algorithm, regress
 from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
@@ -232,6 +232,7 @@ class PPOAgent:
         self.obs_norm = ObservationNormalizer(self.obs_dim, config.normalize_observations, self.device)
         self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, self.device)
         self.iterations = 0
+        self.peers: Peers = ALONE  # the other learners of this agent, if any (`join_peers`)
         self._captured: captured.CapturedUpdate | None = None
         if captured.use_capture(config.compile, self.device):
             self._bind_update()
@@ -252,6 +253,18 @@ class PPOAgent:
             self, key, PPO_STATE, {"clip_coef": cfg.clip_coef, "ent_coef": cfg.ent_coef, "vf_coef": cfg.vf_coef},
             {"optimizer": cfg.learning_rate}, {"update": lambda nets, hp, mb: ppo_update(nets, hp, mb, *modes)},
             example)["update"]
+
+    def join_peers(self, peers: Peers) -> None:
+        """Train as one of several learners whose gradients are averaged (`[learners]`, train/learners.py): every
+        learner stops an iteration's epochs after the same epoch (`target_kl` is compared with the approximate KL's
+        mean over the learners) and normalises with the same statistics (each takes in every learner's batches).
+        Minibatches are shuffled, and advantages standardised, by each learner on its own data."""
+        if self._captured is not None:
+            raise ValueError(f"{self.algorithm}: a captured update cannot average gradients inside its graph; "
+                             f"several learners need compile = \"off\"")
+        self.peers = peers
+        self.obs_norm.join(peers)
+        self.reward_norm.join(peers)
 
     @torch.no_grad()
     def act(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -310,7 +323,8 @@ class PPOAgent:
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 updates += 1
-            if cfg.target_kl is not None and (stats["approx_kl"] > cfg.target_kl).item():
+            # with several learners, the KL of all their last minibatches: every learner stops after the same epoch
+            if cfg.target_kl is not None and (self.peers.mean(stats["approx_kl"]) > cfg.target_kl).item():
                 break
         self.iterations += 1
         metrics = {k: float(v) / updates for k, v in totals.items()}
@@ -376,4 +390,5 @@ register_algorithm(AlgorithmInfo(
     factory=PPOAgent,
     tunable=("learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
              "reward_scale"),
+    data_parallel=True,  # the same epochs and minibatches on every learner; target_kl and normalisers agreed
 ))

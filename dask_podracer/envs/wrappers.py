@@ -7,7 +7,7 @@ attributes it does not define (spaces, `max_episode_steps`, `set_state`...) are 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -46,10 +46,20 @@ class RunningMeanStd:
         self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
         self.var = torch.ones(shape, dtype=torch.float64, device=device)
         self.count = torch.tensor(epsilon, dtype=torch.float64, device=device)  # a tensor: no host sync
+        # None: each batch is taken in as it is. Set: a batch's moments, packed `[1 + 2 * size]` float64 (count,
+        # then mean and variance flattened), are replaced by `combine(moments)` (packed the same) before they are
+        # taken in; several learners that combine their batches so keep identical statistics (agents/normalization.py)
+        self.combine: Callable[[Tensor], Tensor] | None = None
 
     def update(self, batch: Tensor) -> None:
         batch = batch.to(torch.float64)
         b_mean, b_var, b_count = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
+        if self.combine is not None:
+            shape = self.mean.shape
+            packed = torch.cat([torch.tensor([float(b_count)], dtype=torch.float64, device=batch.device),
+                                b_mean.reshape(-1), b_var.reshape(-1)])
+            b_count, b_mean, b_var = self.combine(packed).tensor_split([1, 1 + self.mean.numel()])
+            b_count, b_mean, b_var = b_count.reshape(()), b_mean.reshape(shape), b_var.reshape(shape)
         delta, total = b_mean - self.mean, self.count + b_count
         m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
         # In place: a reader on another CUDA stream (a pipelined learner) ordered after this update by an

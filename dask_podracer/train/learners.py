@@ -13,15 +13,18 @@ Rank 0 is the segment's own task (`run_segment`): it alone evaluates, writes the
    it has one): the other ranks load it, so they never read the store.
 3. Lockstep. A step pre-hook on each of the agent's optimisers all-reduces the gradients of its parameters
    (flattened into one tensor). An algorithm may join only if every rank makes the same optimiser steps in the
-   same order for the same budget (`AlgorithmInfo.data_parallel`); after each iteration the ranks agree on the
-   env steps taken by all of them and on whether any ran out of time, so all stop after the same iteration.
-4. End. The ranks measure how far their parameters spread (max over elements of max - min over ranks; 0 when
-   identical) and rank 0 fails the segment if they differ at all. `close` destroys the process group, also when a
-   rank failed: a rank that dies or raises breaks its peers' next collective, which fails the segment.
+   same order for the same budget (`AlgorithmInfo.data_parallel`); whatever else an agent must agree on it reduces
+   through the group, which it is given as its `Peers` (`agent.join_peers(group)`, where it has one: PPO's
+   `target_kl` stop and running normalisers). After each iteration the ranks agree on the env steps taken by all
+   of them and on whether any ran out of time, so all stop after the same iteration.
+4. End. The ranks measure how far their whole states spread (every number of `agent.state_dict()`: parameters,
+   optimiser state, normaliser statistics, counters; max over elements of max - min over ranks; 0 when identical)
+   and rank 0 fails the segment if they differ at all. `close` destroys the process group, also when a rank
+   failed: a rank that dies or raises breaks its peers' next collective, which fails the segment.
 
 A captured (CUDA-graph) update cannot all-reduce inside its graph: a data-parallel agent takes the eager update
-(IMPALA, the only such algorithm today, has no captured one). The sockets of the store and of gloo are neither
-authenticated nor encrypted (torch.distributed's own): keep the workers on a network you trust.
+(the segment builds it with `compile = "off"`). The sockets of the store and of gloo are neither authenticated nor
+encrypted (torch.distributed's own): keep the workers on a network you trust.
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ class LearnerGroup:
             dist.broadcast_object_list(state, src=0, device=self._collective_device())
         if self.rank != 0:
             agent.load_state_dict(state[0])
+        join = getattr(agent, "join_peers", None)
+        if join is not None:
+            join(self)
         for optimizer in optimizers:
             self.hooks.append(optimizer.register_step_pre_hook(self._average_gradients))
 
@@ -136,9 +142,26 @@ class LearnerGroup:
             dist.all_reduce(both)
         return int(both[0].item()), bool(both[1].item() > 0)
 
+    def mean(self, value: Tensor) -> Tensor:
+        """`Peers.mean`: `value`'s mean over the ranks, the same on each (an all-reduce)."""
+        total = value.detach().to(self._collective_device(), copy=True)
+        with self._peers():
+            dist.all_reduce(total)
+        return (total / self.size).to(value.device)
+
+    def gather(self, value: Tensor) -> Tensor:
+        """`Peers.gather`: `[K, *value.shape]`, every rank's `value` in rank order, the same on each."""
+        mine = value.detach().to(self._collective_device()).contiguous()
+        every = [torch.empty_like(mine) for _ in range(self.size)]
+        with self._peers():
+            dist.all_gather(every, mine)
+        return torch.stack(every).to(value.device)
+
     def spread(self, agent: Any) -> float:
-        """The largest difference between the ranks' copies of any parameter (0.0 when they are identical)."""
-        flat = torch.cat([p.detach().reshape(-1).double() for p in _parameters(agent)]).to(self._collective_device())
+        """The largest difference between the ranks' copies of any number in the agent's state (parameters,
+        optimiser state, normaliser statistics, counters: what rank 0 saves); 0.0 when they are identical."""
+        flat = torch.cat([t.detach().reshape(-1).double().cpu() for t in _numbers(agent.state_dict())])
+        flat = flat.to(self._collective_device())
         high, low = flat.clone(), flat.clone()
         with self._peers():
             dist.all_reduce(high, op=dist.ReduceOp.MAX)
@@ -170,10 +193,18 @@ def _optimizers(agent: Any) -> list[torch.optim.Optimizer]:
     return [v for v in vars(agent).values() if isinstance(v, torch.optim.Optimizer)]
 
 
-def _parameters(agent: Any) -> Iterator[Tensor]:
-    for optimizer in _optimizers(agent):
-        for group in optimizer.param_groups:
-            yield from group["params"]
+def _numbers(state: Any) -> Iterator[Tensor]:
+    """Every tensor and number in `state` (nested dicts, lists, tuples), as tensors, in a fixed order."""
+    if isinstance(state, Tensor):
+        yield state
+    elif isinstance(state, (bool, int, float)):
+        yield torch.tensor(float(state))
+    elif isinstance(state, Mapping):
+        for value in state.values():
+            yield from _numbers(value)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from _numbers(value)
 
 
 def _to_cpu(state: Any) -> Any:

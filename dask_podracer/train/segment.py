@@ -8,6 +8,7 @@ loading the agent is `agent_checkpoints.py`'s. With several learners (`[learners
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -63,8 +64,8 @@ def run_segment(spec: SegmentSpec, actors: ActorLauncher | None = None,
         if group is not None:
             spread = group.spread(agent)
             if spread != 0.0:
-                raise SegmentError(f"segment {spec.key}: the learners' parameters differ by up to {spread:.3g}; "
-                                   f"checkpoint not saved")
+                raise SegmentError(f"segment {spec.key}: the learners' states (parameters, optimiser, normaliser "
+                                   f"statistics) differ by up to {spread:.3g}; checkpoint not saved")
             metrics = {**metrics, "learners": float(group.size), "learner_param_spread": spread}
     finally:
         if group is not None:
@@ -123,9 +124,12 @@ def _prepare(spec: SegmentSpec, seed: int) -> torch.device:
 
 
 def _build(spec: SegmentSpec, device: torch.device, seed: int) -> tuple[VecEnv, Agent]:
-    hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
-    env = make_vec_env(spec.env, hparams.num_envs, device=device, seed=seed, **spec.env_kwargs)
-    agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, spec.hparams, device)
+    config_cls = algorithm_info(spec.algorithm).config_cls
+    hparams = dict(spec.hparams)
+    if spec.learners is not None and "compile" in {f.name for f in dataclasses.fields(config_cls)}:
+        hparams["compile"] = "off"  # a captured update cannot average gradients inside its graph (learners.py)
+    env = make_vec_env(spec.env, config_cls(**hparams).num_envs, device=device, seed=seed, **spec.env_kwargs)
+    agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, hparams, device)
     return env, agent
 
 
