@@ -7,7 +7,7 @@ trajectory as `trajectory_arrays`; the learner turns what arrives back into traj
 
 - an on-policy-ish learner (IMPALA) trains on batches of the newest trajectories: the learner drops those whose
   policy lag passes `actors.max_policy_lag` and hands each out at most `actors.reuse` times;
-- a replay learner (Ape-X: the DQN family) keeps every trajectory it is given in its replay buffer and decides
+- a replay learner (Ape-X: the DQN family, DDPG and TD3, `apex.ApexAgent`) keeps every trajectory it is given in its replay buffer and decides
   itself how many updates they earn: the learner hands it everything that arrived, each trajectory once.
 
 The learner stays algorithm-agnostic: it never looks inside a trajectory, except for its `rewards` array (one

@@ -12,6 +12,11 @@ One update, on a batch from the replay buffer:
     every policy_delay updates:
         actor: -E[combine_E Q_i(s, mu(s))]   (actor_combine)
         targets <- Polyak(tau)
+
+With `[actors]` DDPG and TD3 are Ape-X (Horgan et al. 2018; `apex.py`): actors on the rungs of a ladder of Gaussian
+noise scales (`apex_noise_largest` to `apex_noise_smallest`) send chunks of transitions with initial priorities, the
+mean over heads of |Q_i(s, a) - y| under their own networks, and this agent, as the learner, stores them in its
+replay buffer and makes the same updates as above.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents import captured
+from dask_podracer.agents import apex, captured
 from dask_podracer.agents.base import AlgorithmInfo, register_algorithm, regress
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
+from dask_podracer.agents.ladders import noise_ladder
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
-from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
-                                            gaussian_explore,
+from dask_podracer.agents.offpolicy import (OffPolicyConfig, OffPolicyOptions, batch_example, check, gaussian_explore,
                                             smoothed_target_action, td_target, uniform_action, validate_ensemble,
                                             validate_offpolicy, weighted_mean)
 
@@ -66,6 +71,14 @@ class DDPGFields:
     """Target smoothing noise is clipped to +-this, in half-action-range units."""
     policy_delay: int = 1
     """Critic updates per actor (and target) update."""
+    apex_noise_largest: float = 0.5
+    """Ape-X (`[actors]`): the top of the actors' ladder of exploration noise scales (half-action-range units);
+    actor i of N acts with largest * (smallest / largest)^(i / (N - 1)), a lone actor with this."""
+    apex_noise_smallest: float = 0.02
+    """Ape-X (`[actors]`): the bottom of the ladder, the last actor's noise scale (half-action-range units)."""
+    apex_send_steps: int = 20
+    """Ape-X (`[actors]`): env steps (per env) an actor collects before it computes their initial priorities and
+    sends them to the learner."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,12 +93,19 @@ class DDPGConfig(OffPolicyOptions, DDPGFields, OffPolicyConfig):
             check(self, name, getattr(self, name) >= 0, ">= 0")
         validate_ensemble(self)
         check(self, "policy_delay", self.policy_delay >= 1, ">= 1")
+        check(self, "apex_noise_smallest", self.apex_noise_smallest > 0, "> 0 (the ladder is geometric)")
+        check(self, "apex_noise_largest", self.apex_noise_largest >= self.apex_noise_smallest,
+              f">= apex_noise_smallest (= {self.apex_noise_smallest!r})")
+        check(self, "apex_send_steps", self.apex_send_steps >= 1, ">= 1")
 
 
-class DDPGAgent(OffPolicyAgent):
-    """A deterministic-policy worker + learner (DDPG, and TD3 through its config); see the module docstring."""
+class DDPGAgent(apex.ApexAgent):
+    """A deterministic-policy worker + learner (DDPG, and TD3 through its config); see the module docstring. As Ape-X
+    actors, on the rungs of a ladder of noise scales (`apex.ApexAgent`)."""
 
     algorithm: ClassVar[str] = "ddpg"
+    policy_parts: ClassVar[tuple[str, ...]] = ("actor", "actor_target", "critic", "critic_target")  # y needs all
+    rung_name: ClassVar[str] = "noise_scale"
 
     def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: DDPGConfig, device: torch.device) -> None:
@@ -119,10 +139,21 @@ class DDPGAgent(OffPolicyAgent):
         return uniform_action(self.low, self.high, n)
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
-        if self._captured is not None and behaviour is self.actor and obs.shape[0] == self.config.num_envs:
+        """The actor's actions plus Gaussian noise of `exploration_noise`, or of an Ape-X actor's rung."""
+        if self.rung is None and self._captured is not None and behaviour is self.actor \
+                and obs.shape[0] == self.config.num_envs:
             return self._captured_explore({"obs": obs})["action"]  # the sequential loop's worker, captured
-        return gaussian_explore(behaviour(obs.to(self.device, torch.float32)), self.config.exploration_noise,
-                                self.low, self.high)
+        noise = self.config.exploration_noise if self.rung is None else self.rung
+        return gaussian_explore(behaviour(obs.to(self.device, torch.float32)), noise, self.low, self.high)
+
+    def ladder(self, workers: int) -> list[float]:
+        return noise_ladder(workers, self.config.apex_noise_largest, self.config.apex_noise_smallest)
+
+    @torch.no_grad()
+    def initial_priorities(self, batch: dict[str, Tensor]) -> Tensor:
+        """Mean over heads of |Q_i(s, a) - y|, y `ddpg_target` (TD3: its smoothed, combined target): the priorities
+        `ddpg_update` gives the rows it draws."""
+        return (self.critic(batch["obs"], batch["action"]) - self.target(batch)).abs().mean(0)
 
     def _hp(self) -> SimpleNamespace:
         """The numbers the update reads (floats; tensors of the same values in captured mode)."""

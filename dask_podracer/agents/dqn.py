@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -32,12 +32,11 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from dask_podracer.agents import apex, captured
-from dask_podracer.agents.actor_learner import LearnerFeed
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, register_algorithm, regress
 from dask_podracer.agents.ladders import epsilon_ladder
 from dask_podracer.agents.networks import mlp, soft_update
-from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
-                                            td_target, validate_offpolicy)
+from dask_podracer.agents.offpolicy import (OffPolicyConfig, OffPolicyOptions, batch_example, check, td_target,
+                                            validate_offpolicy)
 from dask_podracer.envs import VecEnv
 
 
@@ -149,12 +148,12 @@ def q_learning_target(reward: Tensor, terminated: Tensor, next_q_target: Tensor,
 @torch.no_grad()
 def td_errors(q_net: nn.Module, q_target: nn.Module, batch: Mapping[str, Tensor], gamma: float,
               double: bool) -> Tensor:
-    """|Q(s, a) - y| `[B]` for transitions (`obs`, `next_obs` `[B, obs_dim]` as the networks take them, `actions`
-    `[B]`, `rewards`, `terminated` `[B]`), y the target `dqn_update` regresses to: an Ape-X actor's initial
-    priorities."""
-    q = q_net(batch["obs"]).gather(-1, batch["actions"].long().reshape(-1, 1)).squeeze(-1)
+    """|Q(s, a) - y| `[B]` for transitions (`obs`, `next_obs` `[B, obs_dim]` as the networks take them, `action`
+    `[B]` or `[B, 1]`, `reward`, `terminated` `[B]`: `apex.chunk_batch`), y the target `dqn_update` regresses to: an
+    Ape-X actor's initial priorities."""
+    q = q_net(batch["obs"]).gather(-1, batch["action"].long().reshape(-1, 1)).squeeze(-1)
     next_q_online = q_net(batch["next_obs"]) if double else None
-    target = q_learning_target(batch["rewards"], batch["terminated"].float(), q_target(batch["next_obs"]),
+    target = q_learning_target(batch["reward"], batch["terminated"].float(), q_target(batch["next_obs"]),
                                next_q_online, gamma)
     return (q - target).abs()
 
@@ -164,10 +163,13 @@ def linear_epsilon(step: int, start: float, end: float, duration: int) -> float:
     return end + (start - end) * max(0.0, 1.0 - step / duration)
 
 
-class DQNAgent(OffPolicyAgent):
-    """An epsilon-greedy worker + Q-learning learner; see the module docstring."""
+class DQNAgent(apex.ApexAgent):
+    """An epsilon-greedy worker + Q-learning learner; see the module docstring. As Ape-X actors, on the rungs of an
+    epsilon ladder (`apex.ApexAgent`)."""
 
     algorithm: ClassVar[str] = "dqn"
+    policy_parts: ClassVar[tuple[str, ...]] = ("q_net", "q_target")  # an actor's priorities need both
+    rung_name: ClassVar[str] = "epsilon"
 
     def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: DQNConfig, device: torch.device) -> None:
@@ -181,9 +183,6 @@ class DQNAgent(OffPolicyAgent):
         make_adam = captured.optimizer_maker(config.compile, device)
         self.optimizer = make_adam(self.q_net.parameters(), config.learning_rate)
         self.behaviour = self.q_net
-        self.actor_epsilon: float | None = None
-        """An Ape-X actor's fixed epsilon (`start_acting`); None: the linear schedule."""
-        self.from_actors = apex.ActorTally()
         self._captured: dict[bool, captured.CapturedUpdate] | None = None
         if captured.use_capture(config.compile, device):
             self._bind_update(obs_dim)
@@ -199,8 +198,8 @@ class DQNAgent(OffPolicyAgent):
 
     def epsilon(self) -> float:
         cfg = self.config
-        if self.actor_epsilon is not None:
-            return self.actor_epsilon
+        if self.rung is not None:  # an Ape-X actor's
+            return self.rung
         return linear_epsilon(self.env_steps, cfg.eps_start, cfg.eps_end, cfg.exploration_steps)
 
     def explore(self, obs: Tensor, behaviour: nn.Module) -> Tensor:
@@ -214,62 +213,12 @@ class DQNAgent(OffPolicyAgent):
             metrics["epsilon"] = self.epsilon()
         return obs, steps, metrics
 
-    # -- Ape-X: LearnsFromActors (agents/actor_learner.py, agents/apex.py) --------------------
-    def start_acting(self, index: int, workers: int) -> dict[str, float]:
-        """Become actor `index` of `workers`: act with its rung of the epsilon ladder from now on."""
-        cfg = self.config
-        self.actor_epsilon = epsilon_ladder(workers, cfg.apex_epsilon, cfg.apex_alpha)[index]
-        return {"epsilon": self.actor_epsilon}
+    # -- Ape-X (apex.ApexAgent) ----------------------------------------------------------------
+    def ladder(self, workers: int) -> list[float]:
+        return epsilon_ladder(workers, self.config.apex_epsilon, self.config.apex_alpha)
 
-    @torch.no_grad()
-    def collect(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, dict[str, Tensor], tuple[float, int]]:
-        """An actor's chunk of `apex_send_steps` steps, with its epsilon and, with `prioritized`, its initial
-        priorities |TD error| under this actor's networks."""
-        cfg = self.config
-        obs, chunk, episodes = apex.collect_chunk(self, env, obs, cfg.apex_send_steps)
-        chunk["epsilon"] = torch.tensor(self.epsilon(), dtype=torch.float64)
-        if cfg.prioritized:
-            normalized = {**chunk, "obs": self.obs_norm(chunk["obs"]), "next_obs": self.obs_norm(chunk["next_obs"])}
-            chunk["priorities"] = td_errors(self.q_net, self.q_target, normalized, cfg.gamma, cfg.double)
-        return obs, chunk, episodes
-
-    def trajectory_arrays(self, trajectory: dict[str, Tensor]) -> dict[str, Any]:
-        return apex.chunk_arrays(trajectory)
-
-    def trajectory_from_arrays(self, arrays: Mapping[str, Any]) -> dict[str, Tensor]:
-        return apex.chunk_from_arrays(arrays, self.device)
-
-    def learner_feed(self) -> LearnerFeed:
-        """A replay learner: every chunk that arrived, once, into the replay buffer."""
-        if self.config.normalize_rewards:  # the actors' return streams would interleave in one statistic
-            raise ValueError(f"{self.algorithm} cannot learn from actors with normalize_rewards")
-        return LearnerFeed(batch=1, replay=True)
-
-    def learn(self, trajectories: Sequence[dict[str, Tensor]]) -> Metrics:
-        """Store the actors' chunks with their priorities, then make the updates they earned (`utd_ratio` per
-        transition, once `learning_starts` transitions arrived)."""
-        return apex.learn_from_chunks(self, trajectories, self.from_actors,
-                                      lambda n: self.loop.earned_updates(self, n))
-
-    def policy_state(self) -> dict[str, Any]:
-        """The Q-network, the target network (an actor's priorities need both) and the observation statistics,
-        as numpy arrays."""
-        state = {f"q_net.{k}": v.detach().cpu().numpy().copy() for k, v in self.q_net.state_dict().items()}
-        state.update({f"q_target.{k}": v.detach().cpu().numpy().copy() for k, v in self.q_target.state_dict().items()})
-        if self.obs_norm.enabled:
-            state.update({f"obs_norm.{k}": torch.as_tensor(v).cpu().numpy().copy()
-                          for k, v in self.obs_norm.rms.state_dict().items()})
-        return state
-
-    def load_policy_state(self, state: Mapping[str, Any]) -> None:
-        parts: dict[str, dict[str, Tensor]] = {"q_net": {}, "q_target": {}, "obs_norm": {}}
-        for key, value in state.items():
-            part, name = key.split(".", 1)
-            parts[part][name] = torch.as_tensor(value)
-        self.q_net.load_state_dict(parts["q_net"])
-        self.q_target.load_state_dict(parts["q_target"])
-        if parts["obs_norm"]:
-            self.obs_norm.rms.load_state_dict(parts["obs_norm"])
+    def initial_priorities(self, batch: dict[str, Tensor]) -> Tensor:
+        return td_errors(self.q_net, self.q_target, batch, self.config.gamma, self.config.double)
 
     def _bind_update(self, obs_dim: int) -> None:
         """Captured mode: two captured updates of the process's cache for these shapes, without and with the

@@ -7,7 +7,8 @@
   (actor 0) to `smallest` (actor N - 1), in the agent's `exploration_noise` units (half-action-range).
 
 One actor gets the top of the ladder (eps, or `largest`). `epsilon_ladder` gives the DQN family's Ape-X actors
-their rungs (agents/apex.py); `noise_ladder` is not used yet (Ape-X for DDPG/TD3 is not built).
+their rungs (agents/dqn.py), `noise_ladder` those of DDPG and TD3 (agents/ddpg.py: `apex_noise_largest`,
+`apex_noise_smallest`); agents/apex.py is the rest of Ape-X.
 """
 
 from __future__ import annotations
