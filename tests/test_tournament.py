@@ -136,8 +136,8 @@ def test_cli_runs_on_an_existing_cluster_given_its_address(client, tmp_path):
 # the timeout ends, and what the CLI says after it is the same
 CLI_WITH_A_SHORT_CONNECT_TIMEOUT = """
 import functools, sys
-import dask_podracer.population as population
-population.connect = functools.partial(population.connect, timeout="1s")
+import dask_podracer.population.orchestrator as orchestrator  # where run_tournament looks `connect` up
+orchestrator.connect = functools.partial(orchestrator.connect, timeout="1s")
 from dask_podracer.cli import main
 sys.exit(main())
 """
