@@ -25,6 +25,17 @@ def cpu_cluster():
         yield cluster
 
 
+@pytest.fixture(scope="module")
+def three_slots():
+    """A client of a LocalCluster for one actor-learner segment: a learner and two actors, three worker processes
+    of one slot each. One per test module, not per session: test_actor_learner kills one of its workers."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
+        yield client
+
+
 @pytest.fixture(scope="session")
 def cpu_client(cpu_cluster):
     """A client of `cpu_cluster`."""

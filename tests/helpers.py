@@ -27,6 +27,36 @@ def score(agent, episodes: int = 10, seed: int = 123, env: str = "Pendulum") -> 
     return evaluate(agent, make_vec_env(env, episodes, seed=seed), seed=seed)
 
 
+def learner_and_actor(env_id: str, algorithm: str, hparams: dict):
+    """An env (4 CPU envs per `hparams`, seed 3) and two agents of `algorithm` on it, a learner and an actor, of
+    different weights until the actor loads the learner's (torch seeded 0 first)."""
+    env = make_vec_env(env_id, hparams["num_envs"], device="cpu", seed=3)
+    spaces = env.single_observation_space, env.single_action_space
+    torch.manual_seed(0)
+    learner = make_agent(algorithm, *spaces, hparams)
+    actor = make_agent(algorithm, *spaces, hparams)  # another draw: other weights until loaded
+    return env, learner, actor
+
+
+def actor_learner_segment(client, store: str, env: str, algorithm: str, env_steps: int, hparams: dict,
+                          workers: int = 2, budget: str = "10m") -> dict:
+    """One segment of a learner task and `workers` actor tasks on `client`'s cluster, through a real tournament;
+    its history record (the segment must have finished)."""
+    from dask_podracer.config import config_from_dict
+    from dask_podracer.population import run_tournament
+    from dask_podracer.store import PodracerStore
+
+    config = config_from_dict({
+        "run": {"env": env, "algorithm": algorithm, "store": store, "budget": budget, "max_segments": 1},
+        "tournament": {"pool_size": 1},
+        "segment": {"env_steps": env_steps, "eval_episodes": 10},
+        "hparams": hparams, "actors": {"workers": workers}})
+    summary = run_tournament(config, client)
+    assert summary.segments_completed == 1, summary.last_error
+    (record,) = PodracerStore(config.store_url).read_history()
+    return record
+
+
 def to_toml(data: dict) -> str:
     """A config dict as TOML text (tables, [[groups]], inline tables for priors): enough for the tests' configs."""
     def value(v):

@@ -100,16 +100,6 @@ def test_more_actors_than_the_cluster_has_slots_is_refused_before_any_submit(cpu
 
 
 # -- a learner task and two actor processes --------------------------------------------------
-@pytest.fixture(scope="module")
-def three_slots():
-    """A learner and two actors: three worker processes of one slot each."""
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
-        yield client
-
-
 def _initial_score(seed: int) -> float:
     """The score of the segment's own starting policy: the same seed, the same evaluation env."""
     torch.manual_seed(seed)

@@ -8,24 +8,16 @@ import pickle
 
 import pytest
 import torch
+from helpers import actor_learner_segment, learner_and_actor
 
-from dask_podracer.agents import make_agent
 from dask_podracer.agents.apex import chunk_batch
 from dask_podracer.config import ConfigError, config_from_dict
-from dask_podracer.envs import make_vec_env
-from dask_podracer.population import run_tournament
-from dask_podracer.store import PodracerStore
 
 HPARAMS = {"num_envs": 4, "prioritized": True, "apex_send_steps": 25, "learning_starts": 1000}
 
 
 def _agents(algorithm: str = "td3", **hparams):
-    env = make_vec_env("Pendulum-v1", HPARAMS["num_envs"], device="cpu", seed=3)
-    spaces = env.single_observation_space, env.single_action_space
-    torch.manual_seed(0)
-    learner = make_agent(algorithm, *spaces, {**HPARAMS, **hparams})
-    actor = make_agent(algorithm, *spaces, {**HPARAMS, **hparams})  # another draw: other weights until loaded
-    return env, learner, actor
+    return learner_and_actor("Pendulum-v1", algorithm, {**HPARAMS, **hparams})
 
 
 # -- the pure parts ----------------------------------------------------------------------------------
@@ -121,31 +113,14 @@ def test_settings_that_cannot_work_are_refused_naming_the_field(tmp_path, algori
 
 
 # -- a learner task and two actor processes --------------------------------------------------------
-@pytest.fixture(scope="module")
-def three_slots():
-    """A learner and two actors: three worker processes of one slot each."""
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", resources={"CPU": 1}) as cluster, Client(cluster) as client:
-        yield client
-
-
 LEARN_HPARAMS = {"hidden": [64, 64], "num_envs": 4, "gamma": 0.98, "utd_ratio": 2.0, "batch_size": 128,
                  "prioritized": True, "apex_send_steps": 10, "learning_starts": 500}
 
 
 @pytest.mark.slow
 def test_apex_td3_learns_pendulum_from_two_actors_on_their_rungs(three_slots, tmp_path):
-    config = config_from_dict({
-        "run": {"env": "Pendulum-v1", "algorithm": "td3", "store": str(tmp_path / "apex.zarr"), "budget": "10m",
-                "max_segments": 1},
-        "tournament": {"pool_size": 1},
-        "segment": {"env_steps": 4000, "eval_episodes": 10},
-        "hparams": LEARN_HPARAMS, "actors": {"workers": 2}})
-    summary = run_tournament(config, three_slots)
-    assert summary.segments_completed == 1, summary.last_error
-    (record,) = PodracerStore(config.store_url).read_history()
+    record = actor_learner_segment(three_slots, str(tmp_path / "apex.zarr"), "Pendulum-v1", "td3", 4000,
+                                   LEARN_HPARAMS)
     metrics, score = record["metrics"], record["score"]
     print("APEX-TD3", score, record["train_seconds"], metrics)
     # A random (or the untrained) policy scores about -1200 to -1400. Runs of this segment (4,000 transitions, about
