@@ -172,6 +172,7 @@ def _ppo_rank_one(address, pipe) -> None:
         pipe.send(group.spread(agent))
     finally:
         group.close()
+    pipe.send("left the group")
 
 
 def test_ppo_learners_stop_after_the_same_epoch_and_keep_identical_normaliser_statistics(monkeypatch):
@@ -192,8 +193,10 @@ def test_ppo_learners_stop_after_the_same_epoch_and_keep_identical_normaliser_st
         assert group.spread(agent) == 0.0 == launcher.pipe.recv()
         # ... and a normaliser that drifted would be seen, though no parameter differs
         assert group.spread(agent) == pytest.approx(1e-3) == launcher.pipe.recv()
-        launcher.process.join(timeout=30)
-        assert launcher.process.exitcode == 0
+        # rank 1 ran to its end and left the group. Not its exit code: about 1 run in 12 on the loaded 2-core machine,
+        # the spawned process aborts in torch's C++ teardown after all this ("terminate called without an active
+        # exception", SIGABRT, after destroy_process_group returned); see docs/developing.md
+        assert launcher.pipe.poll(30) and launcher.pipe.recv() == "left the group"
     finally:
         group.close()
         if launcher.process.is_alive():
