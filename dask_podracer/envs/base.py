@@ -132,6 +132,31 @@ class ResetRows:
         return current.masked_fill(self.mask.view(-1, *(1,) * (current.dim() - 1)), value)
 
 
+class EpisodeTally:
+    """Each env's return and length in its current episode, for an adapter whose simulator keeps neither
+    (Isaac Gym's VecTask, mjlab): `clear` at a reset, `add` every step (it gives the protocol's
+    `info["episode_return"]` and `info["episode_length"]`), `end` the envs that finished."""
+
+    def __init__(self, num_envs: int, device: torch.device) -> None:
+        self.episode_return = torch.zeros(num_envs, dtype=torch.float32, device=device)
+        self.episode_length = torch.zeros(num_envs, dtype=torch.int64, device=device)
+
+    def clear(self) -> None:
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+
+    def add(self, reward: Tensor) -> dict[str, Tensor]:
+        """Count one step of `reward` `[B]`; the episodes so far, copies (the tally goes on changing)."""
+        self.episode_return += reward
+        self.episode_length += 1
+        return {"episode_return": self.episode_return.clone(), "episode_length": self.episode_length.clone()}
+
+    def end(self, done: Tensor) -> None:
+        """Start a new episode in the envs where `done` `[B]`."""
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+
+
 class TorchVecEnv:
     """Base for envs whose dynamics are batched tensor code (no Python loop over envs).
 

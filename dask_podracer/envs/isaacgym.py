@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import StepResult, canonical_device
+from dask_podracer.envs.base import EpisodeTally, StepResult, canonical_device
 
 
 def _box(space: Any) -> gym.spaces.Box:
@@ -71,8 +71,7 @@ class IsaacGymVecEnv:
         self.max_episode_steps = int(task.max_episode_length) - 1
         self.recompute_obs_after_reset = recompute_obs_after_reset and hasattr(task, "compute_observations")
         self._has_states = getattr(task, "num_states", 0) > 0
-        self.episode_return = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self.tally = EpisodeTally(self.num_envs, self.device)
 
     def _obs_after_reset(self) -> dict[str, Tensor]:
         obs_dict, _ = self.task.reset_done()
@@ -103,8 +102,7 @@ class IsaacGymVecEnv:
             torch.manual_seed(int(seed))
         self.task.reset_buf[:] = 1  # reset() alone returns the current obs; marking all envs done resets them
         obs_dict = self._obs_after_reset()
-        self.episode_return.zero_()
-        self.episode_length.zero_()
+        self.tally.clear()
         info = {"states": obs_dict["states"]} if "states" in obs_dict else {}
         return obs_dict["obs"].to(torch.float32), info
 
@@ -115,18 +113,14 @@ class IsaacGymVecEnv:
         terminated = done & ~truncated
         reward = reward.to(self.device, torch.float32)
         final_obs = obs_dict["obs"].to(self.device, torch.float32).clone()
-        self.episode_return += reward
-        self.episode_length += 1
         info: dict[str, Any] = {
             "final_obs": final_obs,
-            "episode_return": self.episode_return.clone(),
-            "episode_length": self.episode_length.clone(),
+            **self.tally.add(reward),
             **{k: v for k, v in extras.items() if k != "time_outs"},
         }
         if "states" in obs_dict:
             info["final_states"] = obs_dict["states"].to(self.device).clone()
-        self.episode_return.masked_fill_(done, 0.0)
-        self.episode_length.masked_fill_(done, 0)
+        self.tally.end(done)
         obs_dict = self._obs_after_reset()
         obs = torch.where(done.unsqueeze(-1), obs_dict["obs"].to(torch.float32), final_obs)
         if "states" in obs_dict:

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.base import StepResult, canonical_device
+from dask_podracer.envs.base import EpisodeTally, StepResult, canonical_device
 
 PREFIX = "mjlab:"
 """Env names "mjlab:<task id>" name a task of mjlab's registry."""
@@ -131,8 +131,7 @@ class MjlabVecEnv:
         action_dim = int(np.prod(env.single_action_space.shape))
         self.single_action_space = gym.spaces.Box(-self.clip_actions, self.clip_actions, (action_dim,), np.float32)
         self._finite_horizon = bool(env.cfg.is_finite_horizon)
-        self.episode_return = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self.tally = EpisodeTally(self.num_envs, self.device)
         self._needs_reset = True
 
     def _observation(self, obs: Mapping[str, Tensor]) -> Tensor:
@@ -143,8 +142,7 @@ class MjlabVecEnv:
         with _quiet():
             obs, _ = self.env.reset(seed=None if seed is None else int(seed))
         _clear_swing_peaks(self.env, None)
-        self.episode_return.zero_()
-        self.episode_length.zero_()
+        self.tally.clear()
         self._needs_reset = False
         return self._observation(obs), {}
 
@@ -162,12 +160,9 @@ class MjlabVecEnv:
         truncated = time_out & ~terminated
         reward = reward.to(self.device, torch.float32).clone()
         final_obs = self._observation(obs)
-        self.episode_return += reward
-        self.episode_length += 1
         info: dict[str, Any] = {
             "final_obs": final_obs,
-            "episode_return": self.episode_return.clone(),
-            "episode_length": self.episode_length.clone(),
+            **self.tally.add(reward),
         }
         log = dict(extras.get("log", {}))
         done = terminated | truncated
@@ -180,8 +175,7 @@ class MjlabVecEnv:
         info["mjlab_log"] = {**log, **reset_extras.get("log", {})}
         # mjlab recomputes every env's observation (fresh noise too); only the envs that reset take it.
         obs = torch.where(done.unsqueeze(-1), self._observation(fresh), final_obs)
-        self.episode_return.masked_fill_(done, 0.0)
-        self.episode_length.masked_fill_(done, 0)
+        self.tally.end(done)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
