@@ -6,11 +6,16 @@ concatenates `batch_rollouts` of them along the env axis, evaluates pi(a|x) and 
 and takes one gradient step on
 
     loss = -E[log pi(a_s|x_s) * A_s] + vf_coef * 0.5 * E[(v_s - V(x_s))^2] - ent_coef * E[H(pi(.|x_s))]
+           + bound_coef * E[relu(m(x_s) - 1.1)^2 + relu(-1.1 - m(x_s))^2]           (Box actions only)
 
 with v_s and A_s from V-trace (`agents/vtrace.py`, rho_bar and c_bar configurable). Discrete actions use a
 categorical policy, continuous ones a Gaussian in [-1, 1] units clipped and scaled to the Box (PPO's
-`PolicyHead`). An episode cut by a time limit bootstraps from V(final observation), folded into its reward with
-a discount of 0 (vtrace.py's docstring).
+`PolicyHead`). The rollouts keep the raw Gaussian samples, so mu(a|x) and pi(a|x) are densities of the same
+unclipped action. The last term, rl_games' bounds loss, holds the Gaussian's mean m(x) near the clip range: past
+it the clipped action's return has no gradient w.r.t. the mean, and policy-gradient steps on rollouts of older
+policies drifted it there (the mean |m| over a rollout reached 5.7 to 9.9 on Pendulum at a fixed lag of 3 to 6;
+issue 25, docs/actor_learner.md). An episode cut by a time limit bootstraps from V(final observation), folded into
+its reward with a discount of 0 (vtrace.py's docstring).
 
 In a one-task segment the agent is its own actor (`train_iteration`: one rollout, one step, lag 0); an
 actor-learner segment (`train/actor_learner.py`) splits `collect` and `learn` across processes, and the
@@ -35,6 +40,19 @@ from dask_podracer.agents.networks import mlp
 from dask_podracer.agents.ppo import PolicyHead
 from dask_podracer.agents.vtrace import vtrace
 from dask_podracer.envs import VecEnv
+
+SOFT_BOUND = 1.1
+"""Where the bounds loss starts, in [-1, 1] action units: a little past the clip, as rl_games' PPO."""
+BOUND_COEF = 1.0
+"""`bound_coef`'s default: the weight that learnt Pendulum at every lag measured (0.1 and 10 less reliably)."""
+
+
+def bounds_loss(mean: Tensor, soft_bound: float = SOFT_BOUND) -> Tensor:
+    """E[sum over action dims of relu(mean - b)^2 + relu(-b - mean)^2]: zero (and zero gradient) inside [-b, b].
+
+    The clipped action's return has no gradient w.r.t. a Gaussian mean far outside [-1, 1], so nothing but this
+    pulls back a mean that stale-policy gradients pushed out there (rl_games' `bounds_loss`)."""
+    return (torch.relu(mean - soft_bound).pow(2) + torch.relu(-soft_bound - mean).pow(2)).sum(-1).mean()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +81,10 @@ class IMPALAConfig:
     """hidden layer sizes of the actor and of the critic"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy, in [-1, 1] action units"""
+    bound_coef: float = BOUND_COEF
+    """Box actions: weight of the bounds loss, the squared excess of the Gaussian's mean past +-1.1 (in [-1, 1] units),
+    which holds the mean near the clipped range where stale-policy gradients would push it away (0: off; Discrete:
+    unused)"""
     reward_scale: float = 1.0
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
@@ -80,6 +102,7 @@ class IMPALAConfig:
             ("c_bar", 0 < self.c_bar, "> 0"),
             ("ent_coef", self.ent_coef >= 0, ">= 0"),
             ("vf_coef", self.vf_coef > 0, "> 0"),
+            ("bound_coef", self.bound_coef >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
@@ -205,8 +228,10 @@ class IMPALAAgent:
         cfg = self.config
         batch = Rollout.concat([r if r.obs.device == self.device else _to(r, self.device) for r in rollouts])
         T, B = batch.rewards.shape
-        log_prob, entropy = self.actor.log_prob_entropy(batch.obs.flatten(0, 1), batch.actions.flatten(0, 1))
+        flat_obs = batch.obs.flatten(0, 1)
+        log_prob, entropy = self.actor.log_prob_entropy(flat_obs, batch.actions.flatten(0, 1))
         log_prob, entropy = log_prob.reshape(T, B), entropy.reshape(T, B)
+        mean_bound_loss = log_prob.new_zeros(()) if self.actor.discrete else bounds_loss(self.actor.body(flat_obs))
         values = self.critic(batch.obs).squeeze(-1)
         with torch.no_grad():
             next_values = self.critic(batch.next_obs).squeeze(-1)
@@ -218,12 +243,11 @@ class IMPALAAgent:
         pg_loss = -(log_prob * targets.pg_advantages).mean()
         v_loss = 0.5 * (targets.vs - values).pow(2).mean()
         entropy_mean = entropy.mean()
-        regress(self.optimizer, pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean, cfg.max_grad_norm,
-                self.params)
+        loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean + cfg.bound_coef * mean_bound_loss
+        regress(self.optimizer, loss, cfg.max_grad_norm, self.params)
         self.updates += 1
         return {"policy_loss": float(pg_loss.detach()), "value_loss": float(v_loss.detach()),
-                "entropy": float(entropy_mean.detach()),
-                "mean_rho": float(targets.clipped_rhos.mean())}
+                "entropy": float(entropy_mean.detach()), "mean_rho": float(targets.clipped_rhos.mean())}
 
     def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
         """One-task mode: the agent is its own actor, so every step is on-policy (V-trace's rhos are 1)."""
