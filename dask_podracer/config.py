@@ -266,9 +266,14 @@ class ActorsConfig:
     connect_timeout: float = 120.0
     """Seconds a learner may go with no actor connected (waiting for slots, or after losing all) before its
     segment fails."""
+    max_in_flight: int = 0
+    """Rollouts an actor may have sent that the learner has not taken in yet: the actor waits for the learner
+    before it collects another, so what the learner trains on was acted with recent weights. 0: no bound of
+    its own (the socket buffers and the learner's inbox push back, a few kilobytes each way)."""
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "actors.workers", ">= 1", self.workers)
+        _require(self.max_in_flight >= 0, "actors.max_in_flight", ">= 0 (0: no bound)", self.max_in_flight)
         _require(self.max_policy_lag >= 1, "actors.max_policy_lag", ">= 1", self.max_policy_lag)
         _require(self.reuse >= 1, "actors.reuse", ">= 1", self.reuse)
         _require(self.weights_every >= 1, "actors.weights_every", ">= 1", self.weights_every)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -20,6 +21,8 @@ from dask_podracer.population.task_keys import task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentSpec, evaluate
+from dask_podracer.train.actor_learner import run_actor
+from dask_podracer.train.actor_link import LearnerEndpoint, dumps, new_authkey
 from dask_podracer.train.spec import ActorsSpec
 from dask_podracer.train.trajectory_book import TrajectoryBook
 
@@ -59,6 +62,46 @@ def test_book_with_reuse_one_hands_out_each_rollout_once():
         TrajectoryBook(max_policy_lag=0, reuse=1)
 
 
+# -- the bound on rollouts in flight, one actor in a thread against a real endpoint -----------------
+def _sent_when_quiet(endpoint, rollouts: int, seconds: float = 5.0) -> int:
+    """Wait until `rollouts` rollouts sit in the endpoint's inbox (failing after `seconds`), then a moment more
+    for any the actor should not have sent; the rollouts in the inbox."""
+    deadline = time.monotonic() + seconds
+    while endpoint.inbox.qsize() < rollouts:
+        assert time.monotonic() < deadline, f"{endpoint.inbox.qsize()} rollouts arrived, expected {rollouts}"
+        time.sleep(0.01)
+    time.sleep(0.5)
+    return endpoint.inbox.qsize()
+
+
+def test_an_actor_sends_no_more_than_max_in_flight_rollouts_the_learner_has_not_taken_in():
+    spec = SegmentSpec(key="inflight", store_url="unused", env="CartPole-v1", algorithm="impala", hparams=HPARAMS,
+                       actors=ActorsSpec(workers=1, max_in_flight=2))
+    env = make_vec_env("CartPole-v1", HPARAMS["num_envs"], device="cpu", seed=0)
+    agent = make_agent("impala", env.single_observation_space, env.single_action_space, HPARAMS)
+    authkey = new_authkey()
+    endpoint = LearnerEndpoint("127.0.0.1", authkey, inbox_size=16,
+                               first_weights=dumps(("weights", 0, agent.policy_state())))
+    report: dict = {}
+    actor = threading.Thread(target=lambda: report.update(run_actor(spec, 0, endpoint.address, authkey)), daemon=True)
+    actor.start()
+    try:
+        assert _sent_when_quiet(endpoint, 2) == 2  # the inbox has room for 16: the bound stops the actor at 2
+        first = endpoint.inbox.get()
+        endpoint.acknowledge(first.actor)  # the learner took one in: the actor may send one more, and only one
+        assert _sent_when_quiet(endpoint, 2) == 2
+        endpoint.publish(dumps(("weights", 7, agent.policy_state())))  # new weights while it waits...
+        for _ in range(2):
+            endpoint.acknowledge(endpoint.inbox.get().actor)
+        assert _sent_when_quiet(endpoint, 2) == 2
+        assert [endpoint.inbox.get().version for _ in range(2)] == [7, 7]  # ...are what it acted with next
+    finally:
+        endpoint.close(flush_seconds=5.0)
+        actor.join(timeout=10)
+    assert not actor.is_alive()
+    assert report["rollouts_sent"] == 5 and report["rollouts_taken"] == 3
+
+
 # -- settings refused before anything is submitted ----------------------------------------------
 def _config(tmp_path, actors: dict, **sections) -> dict:
     return {"run": {"env": "CartPole-v1", "algorithm": "impala", "store": str(tmp_path / "run.zarr"),
@@ -72,6 +115,7 @@ def _config(tmp_path, actors: dict, **sections) -> dict:
     ({"workers": 0}, "actors.workers must be >= 1"),
     ({"max_policy_lag": 0}, "actors.max_policy_lag must be >= 1"),
     ({"reuse": 0}, "actors.reuse must be >= 1"),
+    ({"max_in_flight": -1}, "actors.max_in_flight must be >= 0"),
     ({"workers": 2, "pending": 1}, "unknown key actors.pending"),
 ])
 def test_actor_settings_that_cannot_run_are_refused_naming_the_field(tmp_path, actors, field):

@@ -168,7 +168,8 @@ def _actors_spec(config: Config) -> ActorsSpec | None:
     if actors is None:
         return None
     return ActorsSpec(workers=actors.workers, max_policy_lag=actors.max_policy_lag, reuse=actors.reuse,
-                      weights_every=actors.weights_every, connect_timeout=actors.connect_timeout)
+                      weights_every=actors.weights_every, connect_timeout=actors.connect_timeout,
+                      max_in_flight=actors.max_in_flight)
 
 
 def _learners_spec(config: Config) -> LearnersSpec | None:

@@ -132,6 +132,8 @@ class ActorLearner:
                     arrival = self.endpoint.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return received
+            if self.actors.max_in_flight:  # the actor may send another
+                self.endpoint.acknowledge(arrival.actor)
             transitions = _transitions(arrival.arrays)
             self.book.add(arrival.arrays, arrival.version)
             received += transitions
@@ -203,24 +205,31 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
     hparams = algorithm_info(spec.algorithm).config_cls(**spec.hparams)
     env = make_vec_env(spec.env, hparams.num_envs, device="cpu", seed=seed, **spec.env_kwargs)
     agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, spec.hparams, "cpu")
-    report = {"rollouts_sent": 0.0, "bytes_sent": 0.0, "weights_received": 0.0,
+    report = {"rollouts_sent": 0.0, "rollouts_taken": 0.0, "bytes_sent": 0.0, "weights_received": 0.0,
               **agent.start_acting(index, spec.actors.workers)}
     try:
         conn = connect_to_learner(address, authkey, ACTOR_CONNECT_SECONDS)
     except OSError:  # the learner is gone already
         return report
     bound_socket_buffer(conn, socket.SO_SNDBUF)
+    bound = spec.actors.max_in_flight
     try:
         version = _apply(agent, pickle.loads(conn.recv_bytes()), report)
         obs, _ = env.reset(seed=seed)
         while version is not None:
+            # with a bound, wait (reading weights meanwhile) until the learner has taken enough of this actor's
+            # rollouts in: the next one is then acted with weights at most the bound's rollouts old
+            while bound and version is not None and report["rollouts_sent"] - report["rollouts_taken"] >= bound:
+                version = _apply(agent, pickle.loads(conn.recv_bytes()), report, version)
+            if version is None:
+                break
             obs, rollout, episodes = agent.collect(env, obs)
             payload = dumps(("rollout", version, agent.trajectory_arrays(rollout), episodes))
             conn.send_bytes(payload)
             report["rollouts_sent"] += 1
             report["bytes_sent"] += len(payload)
             while version is not None and conn.poll():
-                version = _apply(agent, pickle.loads(conn.recv_bytes()), report)
+                version = _apply(agent, pickle.loads(conn.recv_bytes()), report, version)
     except (EOFError, OSError):  # the learner hung up (or died): this actor's part is over
         pass
     finally:
@@ -237,10 +246,15 @@ def bound_socket_buffer(conn: Connection, option: int, nbytes: int = SOCKET_BUFF
         pass
 
 
-def _apply(agent: Any, message: tuple, report: dict[str, float]) -> int | None:
-    """Load a weights message into `agent`; the policy version to tag rollouts with, None after a stop."""
+def _apply(agent: Any, message: tuple, report: dict[str, float], version: int | None = None) -> int | None:
+    """Act on a message from the learner: load weights into `agent`, or count the rollouts it took in. Returns
+    the policy version to tag rollouts with (`version`, the current one, unless new weights came), None after
+    a stop."""
     if message[0] == "stop":
         return None
+    if message[0] == "taken":
+        report["rollouts_taken"] = float(message[1])
+        return version
     _, new_version, state = message
     agent.load_policy_state(state)
     report["weights_received"] += 1

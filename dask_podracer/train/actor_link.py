@@ -8,7 +8,9 @@ Actors connect with `connect_to_learner`, retrying until the listener is up.
 Messages are pickles of plain Python and numpy (never torch tensors, whose pickling shares memory through
 file descriptors), framed by `send_bytes`/`recv_bytes`, so each side counts the bytes it moves:
 
-- learner -> actor: `("weights", version, policy_state)` after every `weights_every` steps, `("stop",)` at the end;
+- learner -> actor: `("weights", version, policy_state)` after every `weights_every` steps, `("stop",)` at the end,
+  and, when the learner bounds the rollouts in flight (`actors.max_in_flight`), `("taken", n)`: it has taken n of
+  this actor's rollouts out of its inbox so far (a running count, so a newer one replaces one not yet sent);
 - actor -> learner: `("rollout", version, arrays, (returns, episodes))`.
 
 `LearnerEndpoint` keeps two threads per actor: a receiver that puts rollouts into one bounded inbox (a full
@@ -63,6 +65,7 @@ class _Link:
     def __init__(self, index: int, conn: Connection, endpoint: LearnerEndpoint, first: bytes) -> None:
         self.index, self.conn, self.endpoint = index, conn, endpoint
         self.pending: bytes | None = first
+        self.taken = self.taken_sent = 0  # this actor's rollouts the learner took in; the count last sent to it
         self.stop_sent = False
         self.alive = True
         self.wake = threading.Condition()
@@ -77,20 +80,33 @@ class _Link:
             self.pending = payload
             self.wake.notify()
 
+    def acknowledge(self) -> None:
+        """The learner took one more of this actor's rollouts in: tell it (the next `("taken", n)` sent)."""
+        with self.wake:
+            self.taken += 1
+            self.wake.notify()
+
     def _send(self) -> None:
         while True:
             with self.wake:
-                while self.pending is None and self.alive:
+                while self.pending is None and self.taken == self.taken_sent and self.alive:
                     self.wake.wait()
                 if not self.alive:
                     return
-                payload, self.pending = self.pending, None
-            try:
-                self.conn.send_bytes(payload)
-            except OSError:  # the actor is gone: the receiver counts it
-                return
-            if payload == self.endpoint.stop_payload:
-                return
+                payloads = []
+                if self.pending is not None:
+                    payloads.append(self.pending)
+                    self.pending = None
+                if self.taken != self.taken_sent:  # after the weights: an actor it lets go acts with them
+                    self.taken_sent = self.taken
+                    payloads.append(dumps(("taken", self.taken)))
+            for payload in payloads:
+                try:
+                    self.conn.send_bytes(payload)
+                except OSError:  # the actor is gone: the receiver counts it
+                    return
+                if payload == self.endpoint.stop_payload:
+                    return
 
     def _receive(self) -> None:
         endpoint = self.endpoint
@@ -175,6 +191,12 @@ class LearnerEndpoint:
             if live:
                 self.last_connected = time.monotonic()
             return live
+
+    def acknowledge(self, actor: int) -> None:
+        """The learner took a rollout of actor `actor` (an `Arrival.actor`) out of the inbox."""
+        with self.lock:
+            link = self.links[actor]
+        link.acknowledge()
 
     def publish(self, weights: bytes) -> None:
         """`weights` (a pickled `("weights", version, state)`) goes to every actor, and to every one joining."""

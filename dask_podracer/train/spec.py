@@ -25,11 +25,16 @@ class ActorsSpec:
     """The learner sends its policy to the actors after every this many gradient steps."""
     connect_timeout: float = 120.0
     """Seconds the learner waits with no actor connected (at the start, or after all were lost) before it fails."""
+    max_in_flight: int = 0
+    """Rollouts an actor may have sent that the learner has not yet taken in; it waits for the learner before it
+    collects another. 0: no bound of its own (the socket buffers and the learner's inbox push back)."""
 
     def __post_init__(self) -> None:
         for name in ("workers", "max_policy_lag", "reuse", "weights_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"actors.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.max_in_flight < 0:
+            raise ValueError(f"actors.max_in_flight must be >= 0, got {self.max_in_flight!r}")
 
 
 @dataclasses.dataclass(frozen=True)
