@@ -21,6 +21,8 @@
 #   benchmarks/device/on_gpu.sh actors [ARGS]  # benchmarks/actor_learner.py: learner ingest, policy lag and the
 #                                         # scheduler's bytes with 1, 2, 4, 8 actor processes on HalfCheetah-v5, the
 #                                         # learner on cuda:0 (issue 25; uses the machine's 16 cores)
+#   benchmarks/device/on_gpu.sh apex-race [ARGS]  # benchmarks/apex_race.py: Ape-X DQN against one-task DQN to
+#                                         # CartPole 475 (issue 25), where the actors have cores of their own
 #   benchmarks/device/on_gpu.sh setup     # the install alone (every step installs first, once)
 #   benchmarks/device/on_gpu.sh pack      # everything under $OUT in results.tgz (a call brings back 8 files)
 #   benchmarks/device/on_gpu.sh train-captured  # the shipped Pendulum tournament on CUDA with
@@ -209,6 +211,10 @@ actors)  # one IMPALA agent fed by 1, 2, 4, 8 actor processes on HalfCheetah-v5,
     install
     python3 benchmarks/actor_learner.py "${@:2}" 2>&1 | tee "$out/actor_learner.txt"
     ;;
+apex-race)  # Ape-X DQN against one-task DQN to CartPole 475 on the 16-core machine (issue 25; on 2 cores it lost)
+    install
+    python3 benchmarks/apex_race.py "${@:2}" 2>&1 | tee "$out/apex_race.txt"
+    ;;
 setup)  # the install alone, so that a time limit on the next step does not cut it short
     install
     ;;
@@ -250,7 +256,7 @@ suite)
     ;;
 *)
     echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured, pendulum-time," \
-         "ppo-warp, shared-gpu, warp, train-warp, actors, suite, setup or pack" >&2
+         "ppo-warp, shared-gpu, warp, train-warp, actors, apex-race, suite, setup or pack" >&2
     exit 2
     ;;
 esac
