@@ -228,10 +228,10 @@ class IMPALAAgent:
         cfg = self.config
         batch = Rollout.concat([r if r.obs.device == self.device else _to(r, self.device) for r in rollouts])
         T, B = batch.rewards.shape
-        flat_obs = batch.obs.flatten(0, 1)
-        log_prob, entropy = self.actor.log_prob_entropy(flat_obs, batch.actions.flatten(0, 1))
+        out = self.actor.body(batch.obs.flatten(0, 1))  # one forward pass: the log-probs' and the bounds loss's
+        log_prob, entropy = self.actor.log_prob_entropy_of(out, batch.actions.flatten(0, 1))
         log_prob, entropy = log_prob.reshape(T, B), entropy.reshape(T, B)
-        mean_bound_loss = log_prob.new_zeros(()) if self.actor.discrete else bounds_loss(self.actor.body(flat_obs))
+        mean_bound_loss = log_prob.new_zeros(()) if self.actor.discrete else bounds_loss(out)
         values = self.critic(batch.obs).squeeze(-1)
         with torch.no_grad():
             next_values = self.critic(batch.next_obs).squeeze(-1)

@@ -185,7 +185,11 @@ class PolicyHead(nn.Module):
 
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """log pi(action|obs) and the policy's entropy, both `[B]`."""
-        out = self.body(obs)
+        return self.log_prob_entropy_of(self.body(obs), action)
+
+    def log_prob_entropy_of(self, out: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """`log_prob_entropy` from the body's output `out` (logits, or the Gaussian's mean), for a caller that
+        needs that output too."""
         if self.discrete:
             dist = torch.distributions.Categorical(logits=out)
             return dist.log_prob(action), dist.entropy()
