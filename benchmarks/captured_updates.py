@@ -9,7 +9,8 @@ so an iteration is 4 env steps and 4 updates) on Pendulum-v1, the DQN family on 
 Pendulum-v1 with 16 envs x 64 steps in 8 minibatches of 128 over 10 epochs (an update is one minibatch step). For
 each mode (`compile = "off"`, then `"on"`) it builds env and agent, trains past `learning_starts` (which
 compiles or captures), then times `--iterations` iterations (`agent.train_iteration`: acting, env steps,
-updates) and `--updates` updates on one sampled batch (`agent.update`). `first_update_s` is the first update's
+updates) and `--updates` updates on one sampled batch (`agent.update`), and the env's step alone (`ms_per_env_step`:
+on CUDA in captured mode one replayed graph, envs/graphed.py). `first_update_s` is the first update's
 seconds: compiling or capturing (an inductor cache on disk makes it shorter the second time). The last line is
 JSON: per algorithm, ms per update and per iteration, eager and captured, and the speed-ups.
 """
@@ -27,6 +28,7 @@ import torch
 from dask_podracer.agents import captured, make_agent
 from dask_podracer.agents.loop import sample_batch
 from dask_podracer.envs import make_vec_env
+from dask_podracer.envs.graphed import graph_steps
 
 SIZES = {"num_envs": 4, "hidden": [64, 64], "learning_starts": 256}
 CASES = {
@@ -45,6 +47,8 @@ def measure(algorithm: str, env_name: str, hparams: dict, mode: str, device: str
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     torch.manual_seed(0)
     env = make_vec_env(env_name, hparams["num_envs"], device=device, seed=0)
+    if captured.use_capture(mode, torch.device(device)):
+        env = graph_steps(env)  # as a segment does: on CUDA the env's step is one graph too (envs/graphed.py)
     agent = make_agent(algorithm, env.single_observation_space, env.single_action_space,
                        {**hparams, "compile": mode}, device)
     obs, _ = env.reset(seed=0)
@@ -72,10 +76,16 @@ def measure(algorithm: str, env_name: str, hparams: dict, mode: str, device: str
         batch = sample_batch(agent)
         update = lambda: agent.update(batch)
     per_iteration = timed(iteration, iterations, sync)
+    action = agent.random_action(env.num_envs) if not on_policy else None
+    if action is None:
+        with torch.no_grad():
+            action = agent.act(state["obs"])
+    per_env_step = timed(lambda: env.step(action), iterations, sync)
     per_update = timed(update, updates, sync)
     updates_per_iteration = state["metrics"]["updates"] if on_policy else agent.config.utd_ratio * \
         agent.config.num_envs * agent.config.steps_per_iteration
     return {"ms_per_update": round(1e3 * per_update, 3), "ms_per_iteration": round(1e3 * per_iteration, 3),
+            "ms_per_env_step": round(1e3 * per_env_step, 3), "env_graphed": type(env).__name__ == "GraphedStepEnv",
             "updates_per_iteration": updates_per_iteration, "first_update_s": round(first, 2)}
 
 

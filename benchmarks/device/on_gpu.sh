@@ -10,7 +10,8 @@
 #   benchmarks/device/on_gpu.sh iteration # one SAC iteration of that tournament on CUDA and on the CPU:
 #                                         # ms, torch ops, torch.profiler's top ops
 #   benchmarks/device/on_gpu.sh captured  # captured learner updates (issue 23): the CUDA tests of
-#                                         # tests/test_captured_updates.py, then benchmarks/captured_updates.py
+#                                         # tests/test_captured_updates.py and tests/test_graphed_env.py (a torch
+#                                         # env's step as one graph), then benchmarks/captured_updates.py
 #                                         # --device cuda (ms per update and per iteration, eager vs one CUDA
 #                                         # graph; SAC's row is the shipped Pendulum config's iteration)
 #   benchmarks/device/on_gpu.sh pendulum-time ["SEEDS" ["SEEDS"]]  # time to -200 of the shipped Pendulum
@@ -175,6 +176,8 @@ captured)
     {
         python3 -m pytest -q -rs -p no:cacheprovider tests/test_captured_updates.py -k "cuda or setting or checkpoint" \
             || echo "on_gpu.sh: captured-update tests failed (exit $?)"
+        python3 -m pytest -q -rs -p no:cacheprovider tests/test_graphed_env.py \
+            || echo "on_gpu.sh: graphed-env tests failed (exit $?)"
         python3 benchmarks/captured_updates.py --device "$device" "${@:2}"
     } 2>&1 | tee "$out/captured.txt"
     grep "^{" "$out/captured.txt" | tail -n 1 >"$out/captured.json"
@@ -186,7 +189,8 @@ print(f"{r['device']}: ms per update and per iteration, eager -> captured (issue
 for name, row in r["results"].items():
     e, c = row["eager"], row["captured"]
     print(f"  {name:5s} update {e['ms_per_update']:8.3f} -> {c['ms_per_update']:7.3f} ms ({row['update_speedup']}x)"
-          f"   iteration {e['ms_per_iteration']:8.3f} -> {c['ms_per_iteration']:7.3f} ms ({row['iteration_speedup']}x)")
+          f"   iteration {e['ms_per_iteration']:8.3f} -> {c['ms_per_iteration']:7.3f} ms ({row['iteration_speedup']}x)"
+          f"   env step {e.get('ms_per_env_step')} -> {c.get('ms_per_env_step')} ms (graphed: {c.get('env_graphed')})")
 PY
     ;;
 train-captured)

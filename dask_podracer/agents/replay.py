@@ -35,7 +35,7 @@ class ReplayBuffer:
             raise ValueError(f"a batch of {n} transitions does not fit a replay buffer of {self.capacity}")
         rows = (self.position + torch.arange(n, device=self.device)) % self.capacity
         for k, v in batch.items():
-            self.data[k][rows] = v.to(torch.float32).reshape(self.data[k][rows].shape)
+            self.data[k][rows] = v.to(torch.float32).reshape(n, *self.data[k].shape[1:])  # no gather for the shape
         self.position = (self.position + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

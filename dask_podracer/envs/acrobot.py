@@ -30,6 +30,7 @@ class AcrobotVecEnv(TorchVecEnv):
     max_vel_1 = 4 * math.pi
     max_vel_2 = 9 * math.pi
     max_episode_steps = 500
+    graph_capturable = True  # sync-free on CUDA: its step replays as a graph (envs/graphed.py)
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  dtype: torch.dtype = torch.float32) -> None:

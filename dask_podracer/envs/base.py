@@ -172,6 +172,10 @@ class TorchVecEnv:
     # All state is torch tensors and the generator, so `copy.deepcopy` makes an independent
     # twin: check_vec_env steps one with `_dynamics` alone to check `final_obs`.
     copyable: bool = True
+    # Whether the CUDA step may be recorded as one CUDA graph (envs/graphed.py): the subclass's `_reset_where`,
+    # `_dynamics` and `_observe` are sync-free tensor code on a GPU (no `.item()`, no shapes that depend on data)
+    # and keep every piece of state in a tensor attribute of fixed shape. Off unless a subclass says so.
+    graph_capturable: bool = False
 
     def __init__(
         self,

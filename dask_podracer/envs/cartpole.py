@@ -33,6 +33,7 @@ class CartPoleVecEnv(TorchVecEnv):
     theta_threshold_radians = 12 * 2 * math.pi / 360
     x_threshold = 2.4
     max_episode_steps = 500
+    graph_capturable = True  # sync-free on CUDA: its step replays as a graph (envs/graphed.py)
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  dtype: torch.dtype = torch.float32) -> None:

@@ -24,6 +24,7 @@ class _CarBase(TorchVecEnv):
     max_speed = 0.07
     goal_position = 0.5
     goal_velocity = 0.0
+    graph_capturable = True  # sync-free on CUDA: its step replays as a graph (envs/graphed.py)
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  dtype: torch.dtype = torch.float32) -> None:

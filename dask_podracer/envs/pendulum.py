@@ -26,6 +26,7 @@ class PendulumVecEnv(TorchVecEnv):
     mass = 1.0
     length = 1.0
     max_episode_steps = 200
+    graph_capturable = True  # sync-free on CUDA: its step replays as a graph (envs/graphed.py)
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  dtype: torch.dtype = torch.float32) -> None:

@@ -31,6 +31,7 @@ class PointChaseVecEnv(TorchVecEnv):
     catch_radius = 0.05
     catch_bonus = 10.0
     max_episode_steps = 200
+    graph_capturable = True  # sync-free on CUDA: its step replays as a graph (envs/graphed.py)
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  dtype: torch.dtype = torch.float32) -> None:
