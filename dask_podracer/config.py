@@ -236,7 +236,8 @@ class ClusterConfig:
     """"processes": `segments_per_gpu` worker processes per GPU, each advertising GPU=1 (each its own CUDA context);
     "threads": one worker per GPU advertising GPU=1 with `segments_per_gpu` threads, each segment asking for
     GPU=1/segments_per_gpu (one CUDA context, shared, and the GIL). On a cluster of your own the workers you start
-    decide it; "threads" there only sets the share each segment asks for (docs/scaling.md)."""
+    decide it; "threads" there only sets the share each segment asks for (docs/scaling.md). Threads cannot capture
+    CUDA graphs side by side, so there `compile = "auto"` runs eagerly and "on" is refused."""
 
     def __post_init__(self) -> None:
         _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
@@ -433,8 +434,25 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
             raise ConfigError("missing key run.algorithm (or declare [[groups]])")
         single = {"algorithm": run.algorithm, "hparams": data.get("hparams", {}), "search": data.get("search", {})}
         groups = (_group(single, "", tournament),)
+    _check_gpu_threads(groups, sections["cluster"], sections["segment"], "groups" in data)
     return Config(**sections, groups=groups, source=source, actors=_actors(data, groups),
                   learners=_learners(data, groups, sections["cluster"]))
+
+
+def _check_gpu_threads(groups: tuple[GroupConfig, ...], cluster: ClusterConfig, segment: SegmentConfig,
+                       grouped: bool) -> None:
+    """Segments that share a GPU as threads of one process cannot capture CUDA graphs: a capture puts the
+    process's one CUDA random-number generator in capture mode, and another thread's draw then fails the segment
+    ("Offset increment outside graph capture", seen on an H100, docs/benchmarks.md). "auto" runs eagerly there
+    (`SegmentSpec.graphs_allowed`); an explicit "on" is refused before any work."""
+    if cluster.gpu_sharing != "threads" or cluster.segments_per_gpu == 1 or segment.device == "cpu":
+        return
+    for i, group in enumerate(groups):
+        if group.hparams.get("compile", "off") == "on":
+            prefix = f"groups[{i}].hparams" if grouped else "hparams"
+            raise ConfigError(f'{prefix}.compile must be "auto" or "off" with cluster.gpu_sharing = "threads" and '
+                              f'segments_per_gpu > 1 (threads of one process cannot capture CUDA graphs side by '
+                              f'side); or use gpu_sharing = "processes", got {group.hparams.get("compile")!r}')
 
 
 def _actors(data: Mapping[str, Any], groups: tuple[GroupConfig, ...]) -> ActorsConfig | None:

@@ -18,10 +18,11 @@ import pytest
 from distributed import Client, LocalCluster, get_task_stream, get_worker
 
 from dask_podracer.config import ClusterConfig, ConfigError, config_from_dict
-from dask_podracer.population import ClusterError, cluster_slots, run_tournament
+from dask_podracer.population import CapacityChanged, ClusterError, cluster_slots, run_tournament
 from dask_podracer.population.cluster import gpu_share_of, worker_layout, worker_slots
 from dask_podracer.population.monitor import gpu_share, worker_device
 from dask_podracer.population.preflight import check_resources, check_workers
+from dask_podracer.population.tournament import Tournament, Train, segment_spec
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentResult, SegmentSpec
 
@@ -178,3 +179,22 @@ def test_the_elastic_pool_grows_by_two_segments_per_gpu_shared_as_threads(tmp_pa
     assert max(m["on_cluster"] for m in seen[:grown_from]) == 2  # one GPU: two halves at once
     assert max(m["on_worker"] for m in seen) == 2  # never more than a worker's shares
     assert max(m["on_cluster"] for m in seen) == 4  # two GPUs: the pool grew to four
+
+
+def test_threads_sharing_a_gpu_run_auto_eagerly_and_refuse_compile_on(tmp_path):
+    """A CUDA graph capture in one thread fails another thread's random draws (seen on an H100): segments sharing a
+    GPU as threads are told not to capture, and an explicit `compile = "on"` is refused before any work."""
+
+    def config(sharing, **hparams):
+        return config_from_dict({
+            "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": str(tmp_path / "s.zarr")},
+            "cluster": {"segments_per_gpu": 2, "gpu_sharing": sharing}, "hparams": hparams})
+
+    with pytest.raises(ConfigError, match=r'hparams.compile must be "auto" or "off" with cluster.gpu_sharing = '
+                                          r'"threads" .* got \'on\''):
+        config("threads", compile="on")
+    config("processes", compile="on")  # a process per segment: each captures on its own
+    for sharing, allowed in (("threads", False), ("processes", True)):
+        train = next(i for i in Tournament(config(sharing)).handle(CapacityChanged(2)) if isinstance(i, Train))
+        assert train.graphs_allowed is allowed
+        assert segment_spec(train, str(tmp_path / "s.zarr"), 60.0).graphs_allowed is allowed

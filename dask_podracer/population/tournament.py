@@ -106,6 +106,8 @@ class Train:
     """[actors]: the segment is a learner task that starts actor tasks; None: one task."""
     learners: LearnersSpec | None = None
     """[learners]: the segment is several learner tasks averaging gradients; None: one."""
+    graphs_allowed: bool = True
+    """False where segments share a GPU as threads (`SegmentSpec.graphs_allowed`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +161,7 @@ def segment_spec(train: Train, store_url: str, seconds_left: float) -> SegmentSp
         eval_episodes=train.eval_episodes, device=train.device, torch_threads=train.torch_threads,
         generation=train.plan.generation, load_replay=train.plan.load_replay, share_replay=train.share_replay,
         env_kwargs=train.env_kwargs, eval_env_kwargs=train.eval_env_kwargs, actors=train.actors,
-        learners=train.learners,
+        learners=train.learners, graphs_allowed=train.graphs_allowed,
     )
 
 
@@ -379,7 +381,8 @@ class Tournament:
                      env_kwargs=run.env_kwargs, eval_env_kwargs=run.eval_env_kwargs, seconds=segment.seconds,
                      eval_episodes=segment.eval_episodes, device=segment.device, torch_threads=segment.torch_threads,
                      share_replay=config.tournament.replay == "share", actors=_actors_spec(config),
-                     learners=_learners_spec(config))
+                     learners=_learners_spec(config),
+                     graphs_allowed=not (config.cluster.gpu_sharing == "threads" and config.cluster.segments_per_gpu > 1))
 
     def _stop(self, eid: int, reason: str, cancel: bool) -> list[Instruction]:
         self.stopped = reason

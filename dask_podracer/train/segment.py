@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from dask_podracer.agents import Agent, algorithm_info, finish_training, make_agent
+from dask_podracer.agents.captured import use_capture
 from dask_podracer.envs import VecEnv, make_vec_env
+from dask_podracer.envs.graphed import graph_steps
 from dask_podracer.store import PodracerStore
 from dask_podracer.train.actor_learner import ActorLauncher, ActorLearner
 from dask_podracer.train.agent_checkpoints import load_parent, result_from_attrs, save_agent
@@ -74,6 +76,8 @@ def run_segment(spec: SegmentSpec, actors: ActorLauncher | None = None,
     evaluated = time.perf_counter()
     eval_env = make_vec_env(spec.env, spec.eval_episodes, device=device, seed=spec.eval_seed,
                             **{**spec.env_kwargs, **spec.eval_env_kwargs})
+    if _captures(spec, device):
+        eval_env = graph_steps(eval_env)
     scores = episode_scores(agent, eval_env, seed=spec.eval_seed)
     score = float(scores.mean())
     # the standard error of that mean: how far apart two scores must be before they say something
@@ -126,11 +130,25 @@ def _prepare(spec: SegmentSpec, seed: int) -> torch.device:
 def _build(spec: SegmentSpec, device: torch.device, seed: int) -> tuple[VecEnv, Agent]:
     config_cls = algorithm_info(spec.algorithm).config_cls
     hparams = dict(spec.hparams)
-    if spec.learners is not None and "compile" in {f.name for f in dataclasses.fields(config_cls)}:
-        hparams["compile"] = "off"  # a captured update cannot average gradients inside its graph (learners.py)
+    if not _may_capture(spec) and "compile" in {f.name for f in dataclasses.fields(config_cls)}:
+        hparams["compile"] = "off"  # what "auto" means here; an explicit "on" is refused by the config
     env = make_vec_env(spec.env, config_cls(**hparams).num_envs, device=device, seed=seed, **spec.env_kwargs)
+    if _captures(spec, device):
+        env = graph_steps(env)  # a torch env's step as one CUDA graph, as the agent's update (envs/graphed.py)
     agent = make_agent(spec.algorithm, env.single_observation_space, env.single_action_space, hparams, device)
     return env, agent
+
+
+def _may_capture(spec: SegmentSpec) -> bool:
+    """Whether this segment may capture graphs at all: not with several learners (a captured update cannot average
+    gradients inside its graph, learners.py), nor as one of the threads sharing a GPU (`spec.graphs_allowed`)."""
+    return spec.learners is None and spec.graphs_allowed
+
+
+def _captures(spec: SegmentSpec, device: torch.device) -> bool:
+    """Whether this segment replays graphs: it may, and its agent's `compile` setting ("auto" where the algorithm
+    has none) resolves to capture on `device`."""
+    return _may_capture(spec) and use_capture(str(spec.hparams.get("compile", "auto")), device)
 
 
 def _train(agent: Any, env: VecEnv, spec: SegmentSpec, seed: int,

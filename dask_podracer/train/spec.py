@@ -99,6 +99,9 @@ class SegmentSpec:
     """None: one task trains. Set: this task is the learner of actor tasks (`train/actor_learner.py`)."""
     learners: LearnersSpec | None = None
     """None: one learner. Set: this task is rank 0 of several learners averaging gradients (`train/learners.py`)."""
+    graphs_allowed: bool = True
+    """False where segments share a GPU as threads of one worker (`cluster.gpu_sharing = "threads"`): a CUDA graph
+    capture in one thread fails another thread's random draws, so `compile = "auto"` runs eagerly there."""
 
     def __post_init__(self) -> None:
         if self.env_step_budget <= 0 and self.seconds <= 0:
