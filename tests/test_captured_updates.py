@@ -85,7 +85,7 @@ def assert_same_losses(pairs, rel: float = 1e-4) -> None:
 
 def pair(algorithm: str, hparams: dict, device: str = "cpu"):
     torch.manual_seed(0)
-    eager = make_agent(algorithm, OBS, ACT, hparams, device)
+    eager = make_agent(algorithm, OBS, ACT, {**hparams, "compile": "off"}, device)  # "auto" captures on CUDA
     torch.manual_seed(0)
     capt = make_agent(algorithm, OBS, ACT, {**hparams, "compile": "on"}, device)
     return eager, capt
@@ -241,7 +241,7 @@ def test_ddpg_cuda_graph_equals_eager_and_takes_a_child_learning_rate():
     del capt
     gc.collect()
     child_hp = {**hp, "actor_lr": 3e-3, "critic_lr": 1e-4, "tau": 0.05}
-    eager = make_agent("ddpg", OBS, ACT, child_hp, "cuda")
+    eager = make_agent("ddpg", OBS, ACT, {**child_hp, "compile": "off"}, "cuda")
     eager.load_state_dict(state)
     child = make_agent("ddpg", OBS, ACT, {**child_hp, "compile": "on"}, "cuda")
     child.load_state_dict(state)
@@ -361,7 +361,7 @@ def test_d3qn_cuda_graph_equals_eager():
     discrete = gym.spaces.Discrete(3)
     hp = {**TINY, "target_update_interval": 2}
     torch.manual_seed(0)
-    eager = make_agent("d3qn", OBS, discrete, hp, "cuda")
+    eager = make_agent("d3qn", OBS, discrete, {**hp, "compile": "off"}, "cuda")
     torch.manual_seed(0)
     capt = make_agent("d3qn", OBS, discrete, {**hp, "compile": "on"}, "cuda")
     assert_same_losses(run_both(eager, capt, discrete_batches("cuda")))
@@ -378,7 +378,7 @@ def test_ppo_cuda_graph_minibatch_step_equals_eager_and_takes_a_child_rate():
     captured.clear_cache()
     hp = {"num_envs": 4, "rollout_steps": 8, "num_minibatches": 2, "hidden": (16, 16)}
     torch.manual_seed(0)
-    eager = make_agent("ppo", OBS, ACT, hp, "cuda")
+    eager = make_agent("ppo", OBS, ACT, {**hp, "compile": "off"}, "cuda")
     torch.manual_seed(0)
     capt = make_agent("ppo", OBS, ACT, {**hp, "compile": "on"}, "cuda")
     compare_ppo(eager, capt, minibatches(UPDATES, 16, "cuda"))
@@ -387,7 +387,7 @@ def test_ppo_cuda_graph_minibatch_step_equals_eager_and_takes_a_child_rate():
     del capt
     gc.collect()
     child_hp = {**hp, "learning_rate": 3e-3, "clip_coef": 0.1}
-    eager = make_agent("ppo", OBS, ACT, child_hp, "cuda")
+    eager = make_agent("ppo", OBS, ACT, {**child_hp, "compile": "off"}, "cuda")
     eager.load_state_dict(state)
     child = make_agent("ppo", OBS, ACT, {**child_hp, "compile": "on"}, "cuda")
     child.load_state_dict(state)
