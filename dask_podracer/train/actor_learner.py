@@ -23,13 +23,11 @@ which joins again). With no actor connected for `connect_timeout` seconds the se
 
 from __future__ import annotations
 
-import os
 import pickle
 import queue
 import socket
 import time
 from collections.abc import Callable, Mapping
-from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 import torch
@@ -38,16 +36,12 @@ from torch import Tensor
 from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.agents.actor_learner import LearnsFromActors
 from dask_podracer.envs import VecEnv, make_vec_env
-from dask_podracer.train.actor_link import LearnerEndpoint, connect_to_learner, dumps, new_authkey
+from dask_podracer.train.actor_link import (LearnerEndpoint, bound_socket_buffer, connect_to_learner, dumps,
+                                            new_authkey)
 from dask_podracer.train.host_memory import restore_malloc_thresholds
 from dask_podracer.train.spec import SegmentError, SegmentSpec
 from dask_podracer.train.trajectory_book import TrajectoryBook
 
-SOCKET_BUFFER_BYTES = 8 * 1024
-"""The kernel's buffer for rollouts on each side of an actor's socket (it doubles what it is given). Left to
-autotune, Linux grows them to megabytes: hundreds of rollouts waiting in the kernel, past the learner's bounded
-inbox, all acted on with weights that age while they wait. Bounded, a full inbox pushes back on the actor within
-a few rollouts."""
 
 ACTOR_CONNECT_SECONDS = 5.0
 """How long an actor retries its learner's address: the learner listens before it starts any actor, so a refusal
@@ -92,7 +86,6 @@ class ActorLearner:
         self.episode_returns, self.episodes = 0.0, 0
         self.last_learn: dict[str, float] = {}
         self.finished = False
-        self.bounded = 0
         launcher.start(self.endpoint.address, authkey, self.finish)
 
     def _weights(self) -> bytes:
@@ -145,11 +138,6 @@ class ActorLearner:
 
     def _check_actors(self) -> None:
         endpoint = self.endpoint
-        with endpoint.lock:
-            joined = endpoint.links[self.bounded:]
-        for link in joined:  # a new actor: bound the kernel's buffer of its rollouts (SOCKET_BUFFER_BYTES)
-            bound_socket_buffer(link.conn, socket.SO_RCVBUF)
-        self.bounded += len(joined)
         alone = time.monotonic() - endpoint.last_connected
         if endpoint.connected() == 0 and alone > self.actors.connect_timeout:
             raise SegmentError(f"segment {self.key}: no actor connected for {alone:.0f}s (joined {endpoint.joined}, "
@@ -211,8 +199,8 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
         conn = connect_to_learner(address, authkey, ACTOR_CONNECT_SECONDS)
     except OSError:  # the learner is gone already
         return report
-    bound_socket_buffer(conn, socket.SO_SNDBUF)
     bound = spec.actors.max_in_flight
+    bounded = False
     try:
         version = _apply(agent, pickle.loads(conn.recv_bytes()), report)
         obs, _ = env.reset(seed=seed)
@@ -225,6 +213,9 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
                 break
             obs, rollout, episodes = agent.collect(env, obs)
             payload = dumps(("rollout", version, agent.trajectory_arrays(rollout), episodes))
+            if not bounded:  # the kernel's send buffer, sized by the first rollout (actor_link.bound_socket_buffer)
+                bound_socket_buffer(conn, socket.SO_SNDBUF, len(payload))
+                bounded = True
             conn.send_bytes(payload)
             report["rollouts_sent"] += 1
             report["bytes_sent"] += len(payload)
@@ -235,15 +226,6 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
     finally:
         conn.close()
     return report
-
-
-def bound_socket_buffer(conn: Connection, option: int, nbytes: int = SOCKET_BUFFER_BYTES) -> None:
-    """Set `conn`'s socket option `option` (SO_SNDBUF or SO_RCVBUF) to `nbytes`, which stops Linux autotuning it."""
-    try:
-        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, option, nbytes)
-    except OSError:  # closed meanwhile: nothing to bound
-        pass
 
 
 def _apply(agent: Any, message: tuple, report: dict[str, float], version: int | None = None) -> int | None:

@@ -59,6 +59,25 @@ class Arrival:
     nbytes: int
 
 
+SOCKET_BUFFER_BYTES = 8 * 1024
+"""The least kernel buffer for rollouts on each side of an actor's socket (Linux doubles what it is given); each
+side sizes it to one of its rollouts where that is larger (`bound_socket_buffer`). Left to autotune, Linux grows
+them to megabytes: hundreds of rollouts waiting in the kernel, past the learner's bounded inbox, all acted on
+with weights that age while they wait. Bounded, a full inbox pushes back on the actor within a few rollouts."""
+
+
+def bound_socket_buffer(conn: Connection, option: int, payload_bytes: int = 0) -> None:
+    """Set `conn`'s socket option `option` (SO_SNDBUF or SO_RCVBUF) to one payload of `payload_bytes` (Linux doubles
+    it: room for two), at least `SOCKET_BUFFER_BYTES`, which stops Linux autotuning it. Not smaller: a rollout
+    larger than the buffers crawls through them (a 27 KB HalfCheetah rollout through 8 KiB ones: one actor sent
+    660 transitions a second, and 9,600 with buffers of one rollout; docs/benchmarks.md)."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, option, max(SOCKET_BUFFER_BYTES, payload_bytes))
+    except OSError:  # closed meanwhile: nothing to bound
+        pass
+
+
 class _Link:
     """One actor's connection: a receiver thread and a sender thread holding the newest payload to send."""
 
@@ -110,9 +129,13 @@ class _Link:
 
     def _receive(self) -> None:
         endpoint = self.endpoint
+        bounded = False
         try:
             while True:  # after `stopping`, still read (and drop) until the actor hangs up, so its send never blocks
                 data = self.conn.recv_bytes()
+                if not bounded:  # the kernel's receive buffer, sized by the first rollout
+                    bound_socket_buffer(self.conn, socket.SO_RCVBUF, len(data))
+                    bounded = True
                 kind, version, arrays, episodes = pickle.loads(data)
                 if kind != "rollout":
                     continue
