@@ -239,6 +239,11 @@ class ClusterConfig:
     decide it; "threads" there only sets the share each segment asks for (docs/scaling.md). Threads cannot capture
     CUDA graphs side by side, so there `compile = "auto"` runs eagerly and "on" is refused."""
 
+    @property
+    def threads_share_a_gpu(self) -> bool:
+        """Whether several segments share one GPU as threads of one worker process."""
+        return self.gpu_sharing == "threads" and self.segments_per_gpu > 1
+
     def __post_init__(self) -> None:
         _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
                  self.resource)
@@ -445,7 +450,7 @@ def _check_gpu_threads(groups: tuple[GroupConfig, ...], cluster: ClusterConfig, 
     process's one CUDA random-number generator in capture mode, and another thread's draw then fails the segment
     ("Offset increment outside graph capture", seen on an H100, docs/benchmarks.md). "auto" runs eagerly there
     (`SegmentSpec.graphs_allowed`); an explicit "on" is refused before any work."""
-    if cluster.gpu_sharing != "threads" or cluster.segments_per_gpu == 1 or segment.device == "cpu":
+    if not cluster.threads_share_a_gpu or segment.device == "cpu":
         return
     for i, group in enumerate(groups):
         if group.hparams.get("compile", "off") == "on":
@@ -490,7 +495,7 @@ def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster:
     _require(pending == 0, "tournament.pending", "0 with [learners]", pending)  # as with [actors]
     _require(cluster.threads_per_worker == 1, "cluster.threads_per_worker", "1 with [learners]",
              cluster.threads_per_worker)
-    if cluster.gpu_sharing == "threads" and cluster.segments_per_gpu > 1:
+    if cluster.threads_share_a_gpu:
         raise ConfigError('cluster.gpu_sharing must be "processes" with [learners] (a learner needs a worker process '
                           'of its own)')
     for i, group in enumerate(groups):

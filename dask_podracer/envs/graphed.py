@@ -33,8 +33,7 @@ from dask_podracer.envs.wrappers import VecEnvWrapper
 
 def can_graph(env: VecEnv) -> bool:
     """Whether `env` is a torch env on CUDA whose step may be captured as one CUDA graph."""
-    return (isinstance(env, TorchVecEnv) and getattr(env, "graph_capturable", False)
-            and env.device.type == "cuda")
+    return isinstance(env, TorchVecEnv) and env.graph_capturable and env.device.type == "cuda"
 
 
 def graph_steps(env: VecEnv) -> VecEnv:

@@ -381,8 +381,7 @@ class Tournament:
                      env_kwargs=run.env_kwargs, eval_env_kwargs=run.eval_env_kwargs, seconds=segment.seconds,
                      eval_episodes=segment.eval_episodes, device=segment.device, torch_threads=segment.torch_threads,
                      share_replay=config.tournament.replay == "share", actors=_actors_spec(config),
-                     learners=_learners_spec(config),
-                     graphs_allowed=not (config.cluster.gpu_sharing == "threads" and config.cluster.segments_per_gpu > 1))
+                     learners=_learners_spec(config), graphs_allowed=not config.cluster.threads_share_a_gpu)
 
     def _stop(self, eid: int, reason: str, cancel: bool) -> list[Instruction]:
         self.stopped = reason
