@@ -131,8 +131,9 @@ def test_pipelined_sac_learns_pendulum():
 @pytest.mark.slow
 def test_pipelined_dqn_learns_cartpole():
     # DQN rather than TD3: TD3 at this budget fails for some seeds (seed 3 scores about -1400), and a
-    # pipelined run is like a fresh seed; DQN's seeds 0-3 all pass (158 to 210, random: 10-40).
-    hparams = {"num_envs": 16, "exploration_steps": 5000, "utd_ratio": 0.25, "learning_rate": 2e-3, "batch_size": 64,
+    # pipelined run is like a fresh seed. Learning rate 1e-3, not 2e-3: 60 runs with two at once on 2 cores
+    # scored 136-224 here, where 2e-3 ranged 101-294 and once reached only 96 in CI (random: 10-40).
+    hparams = {"num_envs": 16, "exploration_steps": 5000, "utd_ratio": 0.25, "learning_rate": 1e-3, "batch_size": 64,
                "pipeline": True}
     trained = score(train_agent("dqn", hparams, env_steps=12_000, env="CartPole"), env="CartPole")
     assert trained > 100, f"pipelined DQN reached only {trained:.0f} after 12k env steps (random: 10-40)"
