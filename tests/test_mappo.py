@@ -4,6 +4,7 @@ time, and all three learn VMAS navigation well beyond a random team."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -131,6 +132,24 @@ def test_registered_as_multi_agent_with_both_critics():
     box = gym.spaces.Box(-1, 1, (3,))
     with pytest.raises(ValueError, match="mappo needs a multi-agent env"):
         make_agent("mappo", box, box, {})
+
+
+def test_a_state_dependent_std_is_an_output_of_the_actor_network():
+    agent, env = _team("mappo", seed=2, state_dependent_std=True, log_std_init=-0.5)
+    head = agent.actor.heads[0]
+    assert not hasattr(head, "log_std") and head.body[-1].out_features == 2 * 2  # [mean, log-std] per action
+    obs, _ = env.reset(seed=2)
+    x = with_agent_id(obs).flatten(0, 1)
+    mean, log_std = head.mean_log_std(head.body(x))
+    assert (log_std + 0.5).abs().max() < 0.1  # the output layer starts near zero: log_std_init everywhere
+    action, log_prob = head.sample(x, torch.Generator().manual_seed(0))
+    again, entropy = head.log_prob_entropy(x, action)
+    torch.testing.assert_close(again, log_prob)  # the density sampled from is the one trained on
+    torch.testing.assert_close(entropy, (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1))
+    torch.testing.assert_close(agent.act(obs).flatten(0, 1), mean.clamp(-1, 1))  # deterministic: the mean
+    _train(agent, env, 3)
+    _, log_std = head.mean_log_std(head.body(x))
+    assert log_std.std(0).min() > 0  # trained, the spread differs from state to state
 
 
 def _save(agent, store_url: str) -> str:

@@ -67,6 +67,9 @@ class MAPPOConfig:
     """hidden layer sizes of the actors and of the critics"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy, in [-1, 1] action units"""
+    state_dependent_std: bool = False
+    """the actor network outputs each action's log standard deviation beside its mean (offset by log_std_init),
+    as BenchMARL's policies do; False: one learned log standard deviation per action dimension"""
     normalize_advantages: bool = True
     """standardise advantages within each minibatch (over samples and agents)"""
     reward_scale: float = 1.0
@@ -202,15 +205,17 @@ class TeamPolicy(nn.Module):
     """
 
     def __init__(self, n_agents: int, obs_dim: int, action_space: gym.spaces.Box, hidden: tuple[int, ...],
-                 log_std_init: float, shared: bool, generator: torch.Generator) -> None:
+                 log_std_init: float, shared: bool, generator: torch.Generator,
+                 state_dependent_std: bool = False) -> None:
         super().__init__()
         act_dim = action_space.shape[1]
         unit = gym.spaces.Box(-1.0, 1.0, (act_dim,))
         self.shared = shared
         if shared:
-            self.heads = nn.ModuleList([PolicyHead(obs_dim + n_agents, unit, hidden, log_std_init, generator)])
+            self.heads = nn.ModuleList([PolicyHead(obs_dim + n_agents, unit, hidden, log_std_init, generator,
+                                                   state_dependent_std)])
         else:
-            self.heads = nn.ModuleList(PolicyHead(obs_dim, unit, hidden, log_std_init, generator)
+            self.heads = nn.ModuleList(PolicyHead(obs_dim, unit, hidden, log_std_init, generator, state_dependent_std)
                                        for _ in range(n_agents))
         self.scale = ActionScale(action_space.low, action_space.high)  # [n_agents, act_dim]
 
@@ -239,7 +244,7 @@ class TeamPolicy(nn.Module):
     def env_action(self, obs: Tensor, action: Tensor | None = None) -> Tensor:
         """What the env is given: `action` (or the mean, if None) clipped to [-1, 1] and scaled per agent."""
         if action is None:
-            action = self._join([head.body(x) for head, x in self._inputs(obs)], obs.shape[0])
+            action = self._join([head.mode(x) for head, x in self._inputs(obs)], obs.shape[0])
         return self.scale(action.clamp(-1.0, 1.0))
 
 
@@ -265,7 +270,7 @@ class MAPPOAgent:
         seed = int(torch.randint(2**62, ())) + config.seed
         init_gen = torch.Generator().manual_seed(seed)
         self.actor = TeamPolicy(self.n_agents, self.obs_dim, action_space, config.hidden, config.log_std_init,
-                                config.share_parameters, init_gen).to(self.device)
+                                config.share_parameters, init_gen, config.state_dependent_std).to(self.device)
         self.critic = TeamCritic(self.n_agents, self.obs_dim, config.hidden, config.centralised_critic,
                                  config.share_parameters, init_gen).to(self.device)
         self.params = [*self.actor.parameters(), *self.critic.parameters()]

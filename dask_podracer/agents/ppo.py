@@ -150,26 +150,45 @@ def _orthogonal_init(net: nn.Sequential, last_gain: float, generator: torch.Gene
 
 
 class PolicyHead(nn.Module):
-    """pi(a|s) for a Box (Gaussian, state-independent log-std) or a Discrete (categorical) space.
+    """pi(a|s) for a Box (Gaussian) or a Discrete (categorical) space.
+
+    The Gaussian's log-std is one learned number per action dimension, whatever the state (the default), or,
+    with `state_dependent_std`, a second output of the network beside the mean, offset by `log_std_init` and
+    clamped to [LOG_STD_MIN, LOG_STD_MAX] (BenchMARL's policies do this: the policy can be precise in some
+    states and explore in others).
 
     `sample`, `log_prob_entropy` and `env_action` take obs `[B, obs_dim]`; actions are
     `[B, act_dim]` raw Gaussian samples in [-1, 1] units (clipped only in `env_action`),
     or `[B]` int64 for Discrete.
     """
 
+    LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
     def __init__(self, obs_dim: int, action_space: gym.spaces.Space, hidden: tuple[int, ...],
-                 log_std_init: float, generator: torch.Generator) -> None:
+                 log_std_init: float, generator: torch.Generator, state_dependent_std: bool = False) -> None:
         super().__init__()
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.state_dependent_std = state_dependent_std and not self.discrete
+        self.log_std_init = float(log_std_init)
         if self.discrete:
             out = int(action_space.n)
         elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             out = action_space.shape[0]
-            self.log_std = nn.Parameter(torch.full((out,), float(log_std_init)))
+            if self.state_dependent_std:
+                out *= 2  # [mean, log-std offset]
+            else:
+                self.log_std = nn.Parameter(torch.full((out,), float(log_std_init)))
             self.scale = ActionScale(action_space.low, action_space.high)
         else:
             raise ValueError(f"ppo supports 1-D Box or Discrete action spaces, got {action_space}")
         self.body = _orthogonal_init(mlp([obs_dim, *hidden, out], nn.Tanh), 0.01, generator)
+
+    def mean_log_std(self, out: Tensor) -> tuple[Tensor, Tensor]:
+        """The Gaussian's mean and log-std `[B, act_dim]` from the body's output `out`."""
+        if self.state_dependent_std:
+            mean, offset = out.chunk(2, dim=-1)
+            return mean, (offset + self.log_std_init).clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+        return out, self.log_std.expand_as(out)
 
     def sample(self, obs: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """A stochastic action and its log-probability `[B]`."""
@@ -177,10 +196,10 @@ class PolicyHead(nn.Module):
         if self.discrete:
             action = torch.multinomial(out.softmax(-1), 1, generator=generator).squeeze(-1)
             return action, torch.distributions.Categorical(logits=out).log_prob(action)
-        std = self.log_std.exp()
-        noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-        action = out + std * noise
-        log_prob = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        mean, log_std = self.mean_log_std(out)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        action = mean + log_std.exp() * noise
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, log_prob
 
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
@@ -193,14 +212,19 @@ class PolicyHead(nn.Module):
         if self.discrete:
             dist = torch.distributions.Categorical(logits=out)
             return dist.log_prob(action), dist.entropy()
-        dist = torch.distributions.Normal(out, self.log_std.exp(), validate_args=False)
+        mean, log_std = self.mean_log_std(out)
+        dist = torch.distributions.Normal(mean, log_std.exp(), validate_args=False)
         return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
+
+    def mode(self, obs: Tensor) -> Tensor:
+        """The most likely raw action: the argmax for Discrete, the Gaussian's mean (unclipped) for a Box."""
+        out = self.body(obs)
+        return out.argmax(-1) if self.discrete else self.mean_log_std(out)[0]
 
     def env_action(self, obs: Tensor, action: Tensor | None = None) -> Tensor:
         """What the env is given: `action` (or the mode, if None) clipped and scaled into bounds."""
         if action is None:
-            out = self.body(obs)
-            action = out.argmax(-1) if self.discrete else out
+            action = self.mode(obs)
         return action if self.discrete else self.scale(action.clamp(-1.0, 1.0))
 
 
