@@ -207,8 +207,8 @@ class PolicyHead(nn.Module):
         return self.log_prob_entropy_of(self.body(obs), action)
 
     def log_prob_entropy_of(self, out: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        """`log_prob_entropy` from the body's output `out` (logits, or the Gaussian's mean), for a caller that
-        needs that output too."""
+        """`log_prob_entropy` from the body's output `out` (logits; the Gaussian's mean, or with
+        `state_dependent_std` its mean and log-std offset), for a caller that needs that output too."""
         if self.discrete:
             dist = torch.distributions.Categorical(logits=out)
             return dist.log_prob(action), dist.entropy()
