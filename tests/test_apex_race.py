@@ -40,6 +40,14 @@ def test_dqn_setups_share_the_apex_hparams_but_explore_on_their_own_schedule(set
     assert "actors" in APEX  # the caller's dict is not changed
 
 
+def test_a_given_exploration_schedule_replaces_one_task_dqns_and_leaves_apex_alone():
+    schedule = {"eps_start": 0.1, "eps_end": 0.01, "exploration_steps": 5000}
+    dqn = config_from_dict(race.race_config(APEX, "dqn-1", 0, "/tmp/r.zarr", "4m", schedule))
+    assert {k: dqn.hparams[k] for k in schedule} == schedule
+    apex = race.race_config(APEX, "apex", 0, "/tmp/r.zarr", "4m", schedule)
+    assert not set(schedule) & set(apex["hparams"]) and apex["hparams"] == APEX["hparams"]
+
+
 def test_unknown_setup_is_refused():
     with pytest.raises(ValueError, match="unknown setup 'dqn-7'"):
         race.race_config(APEX, "dqn-7", 0, "/tmp/r.zarr", "4m")

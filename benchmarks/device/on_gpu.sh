@@ -216,7 +216,7 @@ actors)  # one IMPALA agent fed by 1, 2, 4, 8 actor processes on HalfCheetah-v5,
     install
     python3 benchmarks/actor_learner.py "${@:2}" 2>&1 | tee "$out/actor_learner.txt"
     ;;
-apex-race)  # Ape-X DQN against one-task DQN to CartPole 475 on the 16-core machine (issue 25; on 2 cores it lost)
+apex-race)  # Ape-X DQN against one-task DQN to CartPole 475 on the 16-core machine (issue 25; on 2 cores the shipped config is sooner)
     install
     python3 benchmarks/apex_race.py "${@:2}" 2>&1 | tee "$out/apex_race.txt"
     ;;
