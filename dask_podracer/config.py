@@ -192,7 +192,8 @@ class SegmentConfig:
     device: str = "auto"
     """"auto" uses the worker's GPU if it has one, else the CPU; or a torch device such as "cpu"."""
     torch_threads: int = 1
-    """CPU threads torch may use inside one segment."""
+    """CPU threads torch may use inside one segment; without GPUs the embedded cluster then starts one worker per
+    this many cores (`cluster.workers = 0`)."""
 
     def __post_init__(self) -> None:
         _require(self.env_steps >= 0, "segment.env_steps", ">= 0", self.env_steps)
@@ -211,7 +212,8 @@ GPU_SHARING = ("processes", "threads")
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     workers: int = 0
-    """Worker processes of the embedded LocalCluster; 0 means one per GPU, or one per CPU core without GPUs."""
+    """Worker processes of the embedded LocalCluster; 0 means one per GPU, or without GPUs one per
+    `segment.torch_threads` CPU cores."""
     threads_per_worker: int = 1
     """Threads of each worker process (segments it runs at once is its slot count)."""
     dashboard_address: str = "127.0.0.1:8787"

@@ -41,8 +41,9 @@ class Slots:
     """Segments the cluster can run at once."""
 
 
-def embedded_cluster(config: ClusterConfig) -> LocalCluster:
-    """A LocalCluster of worker processes on 127.0.0.1: one per GPU, or one per core without GPUs.
+def embedded_cluster(config: ClusterConfig, cores_per_segment: int = 1) -> LocalCluster:
+    """A LocalCluster of worker processes on 127.0.0.1: one per GPU, or without GPUs one per
+    `cores_per_segment` cores (a segment's `torch_threads`: `worker_layout`).
 
     Its scheduler preloads the live Podracer page (`dashboard_preload.py`), after any preload
     named in Dask's config (passing `preload` replaces the config's, so both are given).
@@ -53,7 +54,7 @@ def embedded_cluster(config: ClusterConfig) -> LocalCluster:
         # A worker process of the embedded cluster is running the user's unguarded script
         # again; starting a cluster from here fails deep inside multiprocessing instead.
         raise ClusterError(f"an embedded LocalCluster cannot start while a worker imports the script: {MAIN_GUARD}")
-    layout = worker_layout(config, torch.cuda.device_count(), os.cpu_count() or 1)
+    layout = worker_layout(config, torch.cuda.device_count(), os.cpu_count() or 1, cores_per_segment)
     preload = [*dask.config.get("distributed.scheduler.preload", []), "dask_podracer.population.dashboard_preload"]
     try:
         return LocalCluster(
@@ -81,13 +82,15 @@ class WorkerLayout:
     resources: dict[str, float]
 
 
-def worker_layout(config: ClusterConfig, gpus: int, cores: int) -> WorkerLayout:
+def worker_layout(config: ClusterConfig, gpus: int, cores: int, cores_per_segment: int = 1) -> WorkerLayout:
     """One worker per GPU (`segments_per_gpu` of them per GPU when they share it as processes, or one with that
-    many threads when they share it as threads), or one per core without GPUs; `cluster.workers` overrides the
-    count. A worker picks its GPU by its index modulo the GPUs it sees (population/tasks.py), so the processes
-    sharing a GPU spread evenly over them."""
+    many threads when they share it as threads), or without GPUs one per `cores_per_segment` cores (at least
+    one): a segment of `segment.torch_threads = 2` gets two cores, not two threads fighting over one.
+    `cluster.workers` overrides the count. A worker picks its GPU by its index modulo the GPUs it sees
+    (population/tasks.py), so the processes sharing a GPU spread evenly over them."""
     if not gpus:
-        return WorkerLayout(config.workers or cores, config.threads_per_worker, {CPU: config.threads_per_worker})
+        workers = config.workers or max(1, cores // cores_per_segment)
+        return WorkerLayout(workers, config.threads_per_worker, {CPU: config.threads_per_worker})
     if config.gpu_sharing == "threads":
         return WorkerLayout(config.workers or gpus, config.threads_per_worker * config.segments_per_gpu, {GPU: 1})
     return WorkerLayout(config.workers or gpus * config.segments_per_gpu, config.threads_per_worker, {GPU: 1})

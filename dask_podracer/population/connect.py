@@ -45,8 +45,9 @@ def connect(address: str, tls: TLSFiles | None = None, timeout: str = "10s") -> 
 
 
 @contextlib.contextmanager
-def embedded_client(config: ClusterConfig) -> Iterator[Client]:
-    """A client of a fresh embedded LocalCluster (worker processes on 127.0.0.1), closed on exit.
+def embedded_client(config: ClusterConfig, cores_per_segment: int = 1) -> Iterator[Client]:
+    """A client of a fresh embedded LocalCluster (worker processes on 127.0.0.1), closed on exit; without GPUs
+    it has one worker per `cores_per_segment` cores unless `config.workers` says how many.
 
     Its scheduler lets a segment go through `config.allowed_failures` worker deaths before it fails.
     Its worker processes are not daemonic, so a segment may start processes of its own (gymnasium's
@@ -57,6 +58,6 @@ def embedded_client(config: ClusterConfig) -> Iterator[Client]:
     # one holds for the cluster's whole life.
     with dask.config.set({"distributed.scheduler.allowed-failures": config.allowed_failures,
                           "distributed.worker.daemon": False}):
-        cluster = embedded_cluster(config)
+        cluster = embedded_cluster(config, cores_per_segment)
         with cluster, Client(cluster) as client:
             yield client

@@ -145,7 +145,7 @@ def _client_for(config: Config, client: Client | None, scheduler: str | None,
         with connect(scheduler, tls) as connected:
             yield connected
     else:
-        with embedded_client(config.cluster) as embedded:
+        with embedded_client(config.cluster, config.segment.torch_threads) as embedded:
             yield embedded
 
 
