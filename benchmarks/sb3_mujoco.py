@@ -1,7 +1,7 @@
 """Stable-Baselines3's SAC or PPO on a MuJoCo task for a wall-clock budget: the baseline beside a tournament.
 
     pip install -e ".[bench,mujoco]"
-    python benchmarks/sb3_mujoco.py [--env HalfCheetah-v5] [--algorithm sac|ppo] [--minutes 20] [--seed 0]
+    python benchmarks/sb3_mujoco.py [--env HalfCheetah-v5] [--algorithm sac|ppo] [--minutes 20] [--seed 0] [--json F]
 
 SAC (the default): one SB3 SAC agent with rl-zoo's MuJoCo settings (SB3's defaults: 256x256
 networks, lr 3e-4, batch 256, one update per env step, automatic entropy; rl-zoo's 10,000 random
@@ -22,7 +22,9 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -54,6 +56,8 @@ def main() -> None:
     parser.add_argument("--thresholds", type=float, nargs="+", default=[1000, 2000, 3000, 4000, 5000, 6000])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0: every core")
+    parser.add_argument("--json", type=Path, help="also write the evaluations here, in the form of "
+                        "`podracer train --json`'s history (for benchmarks/plot_summary.py)")
     args = parser.parse_args()
 
     import gymnasium as gym
@@ -71,6 +75,7 @@ def main() -> None:
             self.start = time.perf_counter()
             self.next_eval, self.best = args.eval_every, float("-inf")
             self.reached: dict[float, tuple[float, int]] = {}
+            self.history: list[dict[str, float]] = []
             self.eval_env = gym.make(args.env)
 
         def elapsed(self) -> float:
@@ -86,6 +91,8 @@ def main() -> None:
                 for threshold in args.thresholds:
                     if self.best >= threshold and threshold not in self.reached:
                         self.reached[threshold] = (seconds, self.num_timesteps)
+                self.history.append({"wall_seconds": seconds, "env_steps": self.num_timesteps, "score": score,
+                                     "best_score": self.best})
                 print(f"{seconds:8.0f} s {self.num_timesteps:>9,} env steps  eval {score:9.1f}  best {self.best:9.1f}",
                       flush=True)
             return self.elapsed() < budget
@@ -104,6 +111,9 @@ def main() -> None:
     for threshold in args.thresholds:
         seconds, steps = callback.reached.get(threshold, (float("nan"), 0))
         print(f"{threshold:>12,.0f} {seconds:>10.0f} {steps:>10,}")
+    if args.json:
+        args.json.write_text(json.dumps({"best_score": callback.best, "env_steps": model.num_timesteps,
+                                         "wall_seconds": callback.elapsed(), "history": callback.history}))
 
 
 if __name__ == "__main__":
