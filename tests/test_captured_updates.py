@@ -321,12 +321,15 @@ def compare_ppo(a, b, data) -> None:
                     captured.saved_optimizer(b.optimizer)["state"].values()):
         for k in x:
             torch.testing.assert_close(y[k].cpu(), x[k].cpu(), atol=1e-5, rtol=1e-4)
+    assert float(b.optimizer.param_groups[0]["lr"]) == pytest.approx(float(a.optimizer.param_groups[0]["lr"]),
+                                                                      rel=1e-6)
 
 
 @pytest.mark.slow
 def test_ppo_captured_minibatch_step_equals_eager_and_takes_a_child_rate():
     """Consecutive minibatch steps agree (losses, networks, Adam state); then a child with a perturbed learning
-    rate and clip_coef adopts the workspace and still agrees with an eager child, without a recompile."""
+    rate and clip_coef, and the adaptive schedule, adopts the workspace and still agrees with an eager child,
+    without a recompile: the schedule's rate changes in the tensor the compiled step reads."""
     torch.set_num_threads(1)
     captured.clear_cache()
     hp = {"num_envs": 4, "rollout_steps": 8, "num_minibatches": 2, "hidden": (16, 16)}
@@ -341,7 +344,7 @@ def test_ppo_captured_minibatch_step_equals_eager_and_takes_a_child_rate():
     update = capt._captured
     del capt
     gc.collect()
-    child_hp = {**hp, "learning_rate": 3e-3, "clip_coef": 0.1}
+    child_hp = {**hp, "learning_rate": 3e-3, "clip_coef": 0.1, "lr_schedule": "adaptive", "desired_kl": 0.05}
     eager = make_agent("ppo", OBS, ACT, child_hp)
     eager.load_state_dict(state)
     child = make_agent("ppo", OBS, ACT, {**child_hp, "compile": "on"})
@@ -374,7 +377,8 @@ def test_d3qn_cuda_graph_equals_eager():
 @cuda
 def test_ppo_cuda_graph_minibatch_step_equals_eager_and_takes_a_child_rate():
     """PPO's minibatch step on CUDA (A2C's is the same step): consecutive steps agree with eager; a child with a
-    perturbed learning rate and clip_coef replays the same graph and agrees with an eager child."""
+    perturbed learning rate and clip_coef, and the adaptive schedule, replays the same graph and agrees with an eager
+    child."""
     captured.clear_cache()
     hp = {"num_envs": 4, "rollout_steps": 8, "num_minibatches": 2, "hidden": (16, 16)}
     torch.manual_seed(0)
@@ -386,7 +390,7 @@ def test_ppo_cuda_graph_minibatch_step_equals_eager_and_takes_a_child_rate():
     update = capt._captured
     del capt
     gc.collect()
-    child_hp = {**hp, "learning_rate": 3e-3, "clip_coef": 0.1}
+    child_hp = {**hp, "learning_rate": 3e-3, "clip_coef": 0.1, "lr_schedule": "adaptive", "desired_kl": 0.05}
     eager = make_agent("ppo", OBS, ACT, {**child_hp, "compile": "off"}, "cuda")
     eager.load_state_dict(state)
     child = make_agent("ppo", OBS, ACT, {**child_hp, "compile": "on"}, "cuda")

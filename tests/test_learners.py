@@ -32,7 +32,7 @@ from dask_podracer.train.spec import LearnersSpec
 HPARAMS = {"num_envs": 8, "rollout_steps": 20, "learning_rate": 2e-3}
 PPO_HPARAMS = {"num_envs": 8, "rollout_steps": 64, "learning_rate": 2.5e-3, "gamma": 0.99, "epochs": 4,
                "num_minibatches": 4, "reward_scale": 1.0, "target_kl": 0.05, "normalize_observations": True,
-               "normalize_rewards": True}
+               "normalize_rewards": True, "lr_schedule": "adaptive"}  # the rate agreed too (one mean KL)
 
 
 # -- the averaging, worked out by hand: two processes, one linear layer --------------------------------------------

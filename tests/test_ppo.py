@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from dask_podracer.agents.base import algorithm_info, make_agent
-from dask_podracer.agents.ppo import PPOAgent, PPOConfig, clipped_surrogate_loss, value_loss
+from dask_podracer.agents.ppo import (PPOAgent, PPOConfig, adapt_learning_rate,
+                                      clipped_surrogate_loss, value_loss)
 from dask_podracer.agents.rollout import compute_gae
 from dask_podracer.envs import make_vec_env
 from dask_podracer.train.state import flatten_state, unflatten_state
@@ -251,6 +252,68 @@ def test_state_dict_round_trip_and_child_learning_rate():
     assert state["optimizer"]["param_groups"][0]["lr"] == parent.config.learning_rate  # the parent's is untouched
     for p_state, c_state in zip(parent.optimizer.state.values(), child.optimizer.state.values()):
         assert torch.equal(p_state["exp_avg"], c_state["exp_avg"])
+
+
+# -- the adaptive learning rate ----------------------------------------------------------------
+
+def test_adaptive_rate_steps_by_the_kl_within_bounds_as_a_float_and_as_a_tensor():
+    """rl_games' rule: /1.5 above 2 x desired_kl, x1.5 below desired_kl / 2, unchanged between; clamped."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    eager = torch.optim.Adam([param], lr=1e-3)
+    graphed = torch.optim.Adam([param], lr=torch.tensor(1e-3))  # a captured optimiser's rate, read by its graph
+    rate = graphed.param_groups[0]["lr"]
+    expected = 1e-3
+    for kl, factor in [(0.02, 1 / 1.5), (0.0161, 1 / 1.5), (0.0159, 1.0), (0.005, 1.0), (0.0041, 1.0),
+                       (0.0039, 1.5), (0.0, 1.5)]:
+        for optim in (eager, graphed):
+            adapt_learning_rate(optim, torch.tensor(kl), desired_kl=0.008)
+        expected *= factor
+        assert eager.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12), kl
+        assert float(rate) == pytest.approx(expected, rel=1e-6), kl
+    assert graphed.param_groups[0]["lr"] is rate  # changed in place
+    low, high = 1e-5, 1e-3
+    for _ in range(60):
+        for optim in (eager, graphed):
+            adapt_learning_rate(optim, torch.tensor(1.0), desired_kl=0.008, bounds=(low, high))
+    assert eager.param_groups[0]["lr"] == low and float(rate) == pytest.approx(low)
+    for _ in range(60):
+        for optim in (eager, graphed):
+            adapt_learning_rate(optim, torch.tensor(0.0), desired_kl=0.008, bounds=(low, high))
+    assert eager.param_groups[0]["lr"] == high and float(rate) == pytest.approx(high)
+
+
+def test_adaptive_schedule_steers_the_rate_and_each_segment_starts_from_learning_rate():
+    """A desired KL far below what steps move the policy by lowers the rate at each minibatch step, one far above
+    raises it; the metric reports the rate reached; a checkpoint's child starts again from its own learning_rate.
+
+    Each iteration's first step sees the rollout's own policy, whose KL is 0 up to rounding (+-1e-8 here): it may
+    go either way, so two iterations of 8 steps lower the rate at least 14 times and raise it at most twice."""
+    steps = 2 * SMALL["epochs"] * SMALL["num_minibatches"]  # two iterations' minibatch steps
+    cautious = train(PPOConfig(seed=1, lr_schedule="adaptive", desired_kl=1e-12, **SMALL), env_steps=256)
+    assert cautious.optimizer.param_groups[0]["lr"] <= 1e-3 / 1.5 ** (steps - 4) * (1 + 1e-9)
+    bold = train(PPOConfig(seed=1, lr_schedule="adaptive", desired_kl=10.0, **SMALL), env_steps=256)
+    assert bold.optimizer.param_groups[0]["lr"] == 1e-2  # 1e-3 x 1.5^16, clamped by the default bounds
+    bounded = train(PPOConfig(seed=1, lr_schedule="adaptive", desired_kl=10.0, lr_bounds=[1e-4, 2e-3], **SMALL),
+                    env_steps=256)
+    assert bounded.config.lr_bounds == (1e-4, 2e-3) and bounded.optimizer.param_groups[0]["lr"] == 2e-3
+
+    env = make_vec_env("Pendulum", SMALL["num_envs"], seed=3)
+    obs, _ = env.reset(seed=3)
+    config = PPOConfig(seed=7, lr_schedule="adaptive", desired_kl=1e-12, **{**SMALL, "learning_rate": 3e-4})
+    child = PPOAgent(env.single_observation_space, env.single_action_space, config, env.device)
+    child.load_state_dict(cautious.state_dict())
+    assert child.optimizer.param_groups[0]["lr"] == 3e-4  # not the parent's adapted rate
+    _, _, metrics = child.train_iteration(env, obs)
+    assert metrics["learning_rate"] <= 3e-4 / 1.5 ** (steps // 2 - 2) * (1 + 1e-9)
+    fixed = train(PPOConfig(seed=1, **SMALL), env_steps=256)
+    assert fixed.optimizer.param_groups[0]["lr"] == 1e-3
+    with pytest.raises(ValueError, match=r"lr_schedule must be one of \('fixed', 'adaptive'\), got 'cosine'"):
+        PPOConfig(lr_schedule="cosine")
+    with pytest.raises(ValueError, match=r"desired_kl must be > 0, got 0"):
+        PPOConfig(desired_kl=0)
+    with pytest.raises(ValueError, match=r"lr_bounds must be \[lowest, highest\] with 0 < lowest <= highest, "
+                                         r"got \(0\.01, 0\.001\)"):
+        PPOConfig(lr_bounds=[1e-2, 1e-3])
 
 
 # -- determinism ---------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class A2CConfig:
     clip_coef: ClassVar[float] = 1.0
     clip_value: ClassVar[None] = None
     target_kl: ClassVar[None] = None
+    lr_schedule: ClassVar[str] = "fixed"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))

@@ -27,6 +27,11 @@ from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_v
 from dask_podracer.envs import VecEnv
 
 
+LR_SCHEDULES = ("fixed", "adaptive")
+ADAPTIVE_LR_FACTOR = 1.5
+"""rl_games' AdaptiveScheduler's factor."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     num_envs: int = 64
@@ -55,6 +60,15 @@ class PPOConfig:
     """minibatches per epoch"""
     target_kl: float | None = None
     """if set, stop an iteration's epochs once the approximate KL exceeds it"""
+    lr_schedule: str = "fixed"
+    """"fixed": learning_rate throughout; "adaptive": after every minibatch step the rate is divided by 1.5 when the
+    step's approximate KL exceeded 2 x desired_kl and multiplied by 1.5 when it fell below desired_kl / 2, within
+    lr_bounds (rl_games' adaptive schedule, as IsaacGymEnvs' PPO configs use it). Each segment starts from
+    learning_rate (a child's perturbed rate); the rate reached is the `learning_rate` metric"""
+    desired_kl: float = 0.008
+    """the approximate KL per minibatch step that lr_schedule = "adaptive" steers towards (rl_games' kl_threshold)"""
+    lr_bounds: tuple[float, float] = (1e-6, 1e-2)
+    """[lowest, highest] rate the adaptive schedule may reach (rl_games' defaults)"""
     hidden: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the actor and of the critic"""
     log_std_init: float = 0.0
@@ -79,6 +93,7 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        object.__setattr__(self, "lr_bounds", tuple(float(b) for b in self.lr_bounds))
         checks = [
             ("num_envs", self.num_envs >= 1, ">= 1"),
             ("rollout_steps", self.rollout_steps >= 1, ">= 1"),
@@ -94,6 +109,10 @@ class PPOConfig:
             ("num_minibatches", 1 <= self.num_minibatches <= self.batch_size,
              f"in [1, batch_size={self.batch_size}]"),
             ("target_kl", self.target_kl is None or self.target_kl > 0, "None or > 0"),
+            ("lr_schedule", self.lr_schedule in LR_SCHEDULES, f"one of {LR_SCHEDULES}"),
+            ("desired_kl", self.desired_kl > 0, "> 0"),
+            ("lr_bounds", len(self.lr_bounds) == 2 and 0 < self.lr_bounds[0] <= self.lr_bounds[1],
+             "[lowest, highest] with 0 < lowest <= highest"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
             ("compile", self.compile in COMPILE_MODES, f"one of {COMPILE_MODES}"),
@@ -126,6 +145,29 @@ def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: T
         clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
         approx_kl = ((ratio - 1) - log_ratio).mean()
     return loss, clip_fraction, approx_kl
+
+
+@torch.no_grad()
+def adapt_learning_rate(optim: torch.optim.Optimizer, approx_kl: Tensor, desired_kl: float,
+                        bounds: tuple[float, float] = (1e-6, 1e-2)) -> None:
+    """The adaptive schedule's step: every group's rate divided by `ADAPTIVE_LR_FACTOR` when `approx_kl` (0-d)
+    exceeds 2 x `desired_kl`, multiplied by it when below `desired_kl` / 2, kept within `bounds`. A
+    tensor rate (a captured optimiser's, which its graph reads) is changed in place on its device, without reading
+    the KL back to the host; a float rate (eager) reads it."""
+    low, high = bounds
+    for group in optim.param_groups:
+        lr = group["lr"]
+        if torch.is_tensor(lr):
+            kl = approx_kl.to(lr.device, lr.dtype)
+            lowered = (lr / ADAPTIVE_LR_FACTOR).clamp(min=low)
+            raised = (lr * ADAPTIVE_LR_FACTOR).clamp(max=high)
+            lr.copy_(torch.where(kl > 2 * desired_kl, lowered, torch.where(kl < desired_kl / 2, raised, lr)))
+        else:
+            kl = float(approx_kl)
+            if kl > 2 * desired_kl:
+                group["lr"] = max(lr / ADAPTIVE_LR_FACTOR, low)
+            elif kl < desired_kl / 2:
+                group["lr"] = min(lr * ADAPTIVE_LR_FACTOR, high)
 
 
 def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_value: float | None) -> Tensor:
@@ -358,6 +400,8 @@ class PPOAgent:
         metrics = {k: float(v) / updates for k, v in totals.items()}
         metrics["explained_variance"] = float(explained_variance(flat["values"], flat["returns"]))
         metrics["updates"] = float(updates)
+        if cfg.lr_schedule == "adaptive":
+            metrics["learning_rate"] = float(self.optimizer.param_groups[0]["lr"])
         count = float(ep_count)
         if count > 0:  # only when some episode ended in this rollout
             metrics["episode_return"] = float(ep_return_sum) / count
@@ -367,11 +411,16 @@ class PPOAgent:
         """Nothing runs between iterations: each `train_iteration` ends with its updates made."""
 
     def _update(self, mb: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One gradient step on a minibatch (`ppo_update`), captured when its size is the captured one."""
+        """One gradient step on a minibatch (`ppo_update`), captured when its size is the captured one; then, with
+        the adaptive schedule, the learning rate's step (with several learners, on their mean KL: one rate)."""
         cfg = self.config
         if self._captured is not None and mb["obs"].shape[0] == self._captured.inputs["obs"].shape[0]:
-            return self._captured(mb)
-        return ppo_update(self, cfg, mb, cfg.normalize_advantages, cfg.clip_value, cfg.max_grad_norm)
+            stats = self._captured(mb)
+        else:
+            stats = ppo_update(self, cfg, mb, cfg.normalize_advantages, cfg.clip_value, cfg.max_grad_norm)
+        if cfg.lr_schedule == "adaptive":
+            adapt_learning_rate(self.optimizer, self.peers.mean(stats["approx_kl"]), cfg.desired_kl, cfg.lr_bounds)
+        return stats
 
     def state_dict(self) -> dict[str, Any]:
         state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
@@ -417,6 +466,6 @@ register_algorithm(AlgorithmInfo(
     config_cls=PPOConfig,
     factory=PPOAgent,
     tunable=("learning_rate", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm",
-             "reward_scale"),
+             "reward_scale", "desired_kl"),
     data_parallel=True,  # the same epochs and minibatches on every learner; target_kl and normalisers agreed
 ))
