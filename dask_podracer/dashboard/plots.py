@@ -93,7 +93,7 @@ def new_figure(size: tuple[float, float]) -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ValueError("writing PNG needs matplotlib (pip install matplotlib), or write .html") from None
+        raise ValueError("writing PNG needs matplotlib (pip install 'dask-podracer[plot]'), or write .html") from None
     return Figure(figsize=size)
 
 
