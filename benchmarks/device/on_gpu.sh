@@ -38,6 +38,10 @@
 #   benchmarks/device/on_gpu.sh warp      # the MuJoCo Warp tasks' env steps/s on CUDA (issue 24):
 #                                         # benchmarks/warp_throughput.py --device cuda, every task at 4,096,
 #                                         # 16,384 and 32,768 worlds (arguments after `warp` go to the script)
+#   benchmarks/device/on_gpu.sh integrators [WORLDS]  # MuJoCo Warp's Ant env step under RK4 (gymnasium's), implicitfast
+#                                         # and Euler on cuda:0 at WORLDS (16,384) worlds, one captured graph each:
+#                                         # benchmarks/integrator_transfer.py (what a cheaper integrator would
+#                                         # give, issue 24's 2M steps/s; on the CPU it was 3.8x)
 #   benchmarks/device/on_gpu.sh train-warp CONFIG [BUDGET]  # a shipped GPU config (warp_ant.toml,
 #                                         # warp_humanoid.toml) for BUDGET (default 9m) on CUDA; its store stays
 #                                         # in .device/build while the machine is warm, so a second call right
@@ -53,7 +57,7 @@
 # brings it back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|pendulum-time|ppo-warp|shared-gpu|warp|train-warp|actors|suite|setup|pack}"
+step="${1:?usage: on_gpu.sh collect|envs|tests|train|iteration|captured|train-captured|pendulum-time|ppo-warp|shared-gpu|warp|integrators|train-warp|actors|suite|setup|pack}"
 out="${OUT:-/tmp/podracer-out}"
 device="${PODRACER_DEVICE:-cuda}"  # cpu only to rehearse this script on a machine without one
 build=.device/build
@@ -261,6 +265,11 @@ warp)
         WarpHopper-v0 WarpWalker2d-v0 "${@:2}" 2>&1 | tee "$out/warp_throughput.txt"
     grep "^{" "$out/warp_throughput.txt" | tail -n 1 >"$out/warp_throughput.json" || true
     ;;
+integrators)
+    install
+    python3 benchmarks/integrator_transfer.py --warp-worlds "${2:-16384}" --warp-device cuda:0 --warp-steps 50 2>&1 \
+        | tee "$out/integrators.txt"
+    ;;
 train-warp)
     install
     config="${2:?usage: on_gpu.sh train-warp CONFIG [BUDGET]}"
@@ -274,7 +283,7 @@ suite)
     ;;
 *)
     echo "unknown step '$step': collect, envs, tests, train, iteration, captured, train-captured, pendulum-time," \
-         "ppo-warp, shared-gpu, warp, train-warp, actors, apex-race, suite, setup or pack" >&2
+         "ppo-warp, shared-gpu, warp, integrators, train-warp, actors, apex-race, suite, setup or pack" >&2
     exit 2
     ;;
 esac
