@@ -83,6 +83,8 @@ RUNS = [(name, "Pendulum", {**OFF_POLICY, "pipeline": pipe}) for name in ("ddpg"
 RUNS += [(name, "CartPole", {**OFF_POLICY, "pipeline": pipe}) for name in ("dqn", "double_dqn", "d3qn")
          for pipe in (0, 1)]
 RUNS += [("ppo", "CartPole", {"num_envs": 8, "rollout_steps": 16, "hidden": (8,), "num_minibatches": 2, "epochs": 1}),
+         ("ppo", "CartPole", {"num_envs": 8, "rollout_steps": 16, "hidden": (8,), "num_minibatches": 2, "epochs": 1,
+                              "lr_schedule": "adaptive"}),  # its `learning_rate` metric
          ("a2c", "CartPole", {"num_envs": 8, "rollout_steps": 16, "hidden": (8,)}),
          ("impala", "CartPole", {"num_envs": 8, "rollout_steps": 16, "hidden": (8,)})]
 RUNS += [(name, "vmas:navigation", {"num_envs": 4, "rollout_steps": 25, "hidden": (8,), "num_minibatches": 2,
