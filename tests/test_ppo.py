@@ -266,7 +266,7 @@ def test_adaptive_rate_steps_by_the_kl_within_bounds_as_a_float_and_as_a_tensor(
     for kl, factor in [(0.02, 1 / 1.5), (0.0161, 1 / 1.5), (0.0159, 1.0), (0.005, 1.0), (0.0041, 1.0),
                        (0.0039, 1.5), (0.0, 1.5)]:
         for optim in (eager, graphed):
-            adapt_learning_rate(optim, torch.tensor(kl), desired_kl=0.008)
+            adapt_learning_rate(optim, torch.tensor(kl), desired_kl=0.008, bounds=(1e-6, 1e-2))
         expected *= factor
         assert eager.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12), kl
         assert float(rate) == pytest.approx(expected, rel=1e-6), kl

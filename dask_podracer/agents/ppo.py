@@ -149,7 +149,7 @@ def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: T
 
 @torch.no_grad()
 def adapt_learning_rate(optim: torch.optim.Optimizer, approx_kl: Tensor, desired_kl: float,
-                        bounds: tuple[float, float] = (1e-6, 1e-2)) -> None:
+                        bounds: tuple[float, float]) -> None:
     """The adaptive schedule's step: every group's rate divided by `ADAPTIVE_LR_FACTOR` when `approx_kl` (0-d)
     exceeds 2 x `desired_kl`, multiplied by it when below `desired_kl` / 2, kept within `bounds`. A
     tensor rate (a captured optimiser's, which its graph reads) is changed in place on its device, without reading
