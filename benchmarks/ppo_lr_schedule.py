@@ -27,6 +27,7 @@ import torch
 from dask_podracer.agents import make_agent
 from dask_podracer.config import load_config
 from dask_podracer.envs import make_vec_env
+from dask_podracer.train import SegmentSpec
 from dask_podracer.train.evaluate import evaluate
 
 ROOT = Path(__file__).parents[1]
@@ -46,8 +47,8 @@ def train_and_evaluate(env_name: str, hparams: dict, env_steps: int, seed: int, 
         done += n
         if done >= next_eval or done >= env_steps:
             seconds = time.perf_counter() - started
-            eval_env = make_vec_env(env_name, eval_episodes, seed=1_000_003 + seed)
-            score = evaluate(agent, eval_env, seed=1_000_003 + seed)
+            eval_env = make_vec_env(env_name, eval_episodes, seed=SegmentSpec.eval_seed + seed)
+            score = evaluate(agent, eval_env, seed=SegmentSpec.eval_seed + seed)
             rate = float(agent.optimizer.param_groups[0]["lr"])
             curve.append([done, round(seconds, 1), round(score, 1), rate])
             print(f"  {hparams['lr_schedule']:8s} seed {seed}  {done:>11,} steps  {seconds:7.1f} s  "

@@ -24,6 +24,7 @@ from dask_podracer.agents import finish_training, make_agent
 from dask_podracer.agents.sac import SACConfig
 from dask_podracer.envs import make_vec_env
 from dask_podracer.search import parse_prior, sample_hparams
+from dask_podracer.train import SegmentSpec
 from dask_podracer.train.evaluate import evaluate
 
 
@@ -32,7 +33,7 @@ def train_draw(hparams: dict, seed: int, env_steps: int) -> list[float]:
     torch.manual_seed(seed)
     env = make_vec_env("Pendulum-v1", hparams["num_envs"], seed=seed)
     agent = make_agent("sac", env.single_observation_space, env.single_action_space, hparams)
-    eval_env = make_vec_env("Pendulum-v1", 10, seed=1_000_003)  # the segments' evaluation episodes
+    eval_env = make_vec_env("Pendulum-v1", 10, seed=SegmentSpec.eval_seed)  # the segments' evaluation episodes
     obs, _ = env.reset(seed=seed)
     steps, scores = 0, []
     while steps < env_steps:
@@ -41,7 +42,7 @@ def train_draw(hparams: dict, seed: int, env_steps: int) -> list[float]:
             obs, taken, _ = agent.train_iteration(env, obs)
             steps += taken
         finish_training(agent)
-        scores.append(evaluate(agent, eval_env, seed=1_000_003))
+        scores.append(evaluate(agent, eval_env, seed=SegmentSpec.eval_seed))
     return scores
 
 

@@ -29,8 +29,9 @@ import torch
 from dask_podracer.agents import make_agent
 from dask_podracer.agents.offpolicy import OffPolicyAgent
 from dask_podracer.envs import make_vec_env
+from dask_podracer.train import SegmentSpec
 
-EVAL_SEED = 1_000_003
+EVAL_SEED = SegmentSpec.eval_seed  # the seed segments evaluate with
 
 # Our agents: (algorithm, hyper-parameters, env steps between evaluations or None for --eval-every).
 OURS: dict[str, tuple[str, dict, int | None]] = {
