@@ -10,10 +10,11 @@
 A config's PPO hyper-parameters (default `workflows/configs/warp_ant.toml`, the massively parallel settings: 16-step
 rollouts of 4,096 envs, 2 minibatches, 4 epochs, learning rate 3e-4) train one agent on `--env` for `--env-steps`
 env steps, once per schedule and seed, with `lr_schedule` set to each of `--schedules` (the rest of the config as
-it is, or changed by `--set KEY=VALUE`, each VALUE a TOML value). Every eighth of the budget the agent is evaluated: the mean return of `--eval-episodes` deterministic
-episodes in envs of their own (as a segment scores). Reading figures by env steps, not seconds, keeps them
-comparable on a busy machine. Prints each evaluation as it comes, then one JSON line:
-{"config", "env", "num_envs", "env_steps", "torch", "runs": [{"schedule", "seed", "curve": [[env steps, seconds,
+it is, or as changed by `--set KEY=VALUE ...`, each VALUE a TOML value). Every eighth of the budget the agent is
+evaluated: the mean return of `--eval-episodes` deterministic episodes in envs of their own (as a segment scores).
+Reading figures by env steps, not seconds, keeps them comparable on a busy machine. Prints each evaluation as it
+comes, then one JSON line:
+{"config", "env", "num_envs", "env_steps", "set", "torch", "runs": [{"schedule", "seed", "curve": [[env steps, seconds,
 return, learning rate], ...], "final", "best"}]}.
 """
 
@@ -87,7 +88,7 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="hyper-parameters to change from the config's, each VALUE a TOML value: lr=1e-3")
+                        help="PPO settings to change from the config's, each VALUE a TOML value: epochs=4")
     parser.add_argument("--quick", action="store_true", help="64 envs, 100,000 env steps, seed 0")
     args = parser.parse_args()
     if args.quick:
@@ -95,8 +96,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     config = load_config(args.config)
-    base = {**config.hparams, **parse_settings(args.set, parser),
-            **({"num_envs": args.num_envs} if args.num_envs else {})}
+    changed = parse_settings(args.set, parser)
+    base = {**config.hparams, **changed, **({"num_envs": args.num_envs} if args.num_envs else {})}
     env_steps = int(args.env_steps)
     print(f"{args.config.name}'s PPO on {args.env}: {base['num_envs']:,} envs, {env_steps:,} env steps, "
           f"learning rate {base.get('learning_rate')}, desired KL {base.get('desired_kl', 0.008)} when adaptive")
@@ -112,7 +113,7 @@ def main() -> None:
         print(f"{run['schedule']:8s} {run['seed']:4d} {run['final']:9.1f} {run['best']:9.1f}")
     print(json.dumps({"config": str(args.config.relative_to(ROOT)) if args.config.is_relative_to(ROOT)
                       else str(args.config), "env": args.env, "num_envs": base["num_envs"], "env_steps": env_steps,
-                      "set": parse_settings(args.set, parser), "torch": torch.__version__, "runs": runs}))
+                      "set": changed, "torch": torch.__version__, "runs": runs}))
 
 
 if __name__ == "__main__":
