@@ -5,15 +5,15 @@
     python benchmarks/ppo_lr_schedule.py --env MujocoAnt-v5 --env-steps 3e6 --seeds 0
     python benchmarks/ppo_lr_schedule.py --quick                          # 64 envs, 100k steps: a rehearsal
     python benchmarks/ppo_lr_schedule.py --config workflows/configs/ant_ppo.toml --env MujocoAnt-v5 \
-        --schedules fixed --set rollout_steps=5 num_minibatches=32 ent_coef=1e-2   # other settings, same config
+        --schedules fixed --set hparams.rollout_steps=5 hparams.ent_coef=1e-2   # other settings, same config
 
 A config's PPO hyper-parameters (default `workflows/configs/warp_ant.toml`, the massively parallel settings: 16-step
 rollouts of 4,096 envs, 2 minibatches, 4 epochs, learning rate 3e-4) train one agent on `--env` for `--env-steps`
 env steps, once per schedule and seed, with `lr_schedule` set to each of `--schedules` (the rest of the config as
-it is, or as changed by `--set KEY=VALUE ...`, each VALUE a TOML value). Every eighth of the budget the agent is
-evaluated: the mean return of `--eval-episodes` deterministic episodes in envs of their own (as a segment scores).
-Reading figures by env steps, not seconds, keeps them comparable on a busy machine. Prints each evaluation as it
-comes, then one JSON line:
+it is, or as changed by `--set SECTION.KEY=VALUE ...`, as `podracer train --set` changes it). Every eighth of the
+budget the agent is evaluated: the mean return of `--eval-episodes` deterministic episodes in envs of their own (as
+a segment scores). Reading figures by env steps, not seconds, keeps them comparable on a busy machine. Prints each
+evaluation as it comes, then one JSON line:
 {"config", "env", "num_envs", "env_steps", "set", "torch", "runs": [{"schedule", "seed", "curve": [[env steps, seconds,
 return, learning rate], ...], "final", "best"}]}.
 """
@@ -21,16 +21,14 @@ return, learning rate], ...], "final", "best"}]}.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
-import tomllib
 from pathlib import Path
 
 import torch
 
-from dask_podracer.agents import algorithm_info, make_agent
-from dask_podracer.config import load_config
+from dask_podracer.agents import make_agent
+from dask_podracer.config import ConfigError, load_config, parse_setting
 from dask_podracer.envs import make_vec_env
 from dask_podracer.train import SegmentSpec
 from dask_podracer.train.evaluate import evaluate
@@ -62,21 +60,6 @@ def train_and_evaluate(env_name: str, hparams: dict, env_steps: int, seed: int, 
     return curve
 
 
-def parse_settings(settings: list[str], parser: argparse.ArgumentParser) -> dict:
-    """`["epochs=4", "hidden=[64, 64]"]` -> {"epochs": 4, "hidden": [64, 64]}; a bad one ends the run in one line."""
-    out = {}
-    known = {field.name for field in dataclasses.fields(algorithm_info("ppo").config_cls)}
-    for setting in settings:
-        key, _, value = setting.partition("=")
-        if key.strip() not in known:
-            parser.error(f"--set {setting}: PPO has no setting {key.strip()!r} (docs/configuration.md lists them)")
-        try:
-            out[key.strip()] = tomllib.loads(f"value = {value}")["value"]
-        except tomllib.TOMLDecodeError:
-            parser.error(f"--set {setting}: expected KEY=VALUE with a TOML value, as in epochs=4 or hidden=[64, 64]")
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=ROOT / "workflows" / "configs" / "warp_ant.toml")
@@ -87,17 +70,20 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--eval-episodes", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="PPO settings to change from the config's, each VALUE a TOML value: epochs=4")
+    parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config values to change, as podracer train's --set: hparams.epochs=4")
     parser.add_argument("--quick", action="store_true", help="64 envs, 100,000 env steps, seed 0")
     args = parser.parse_args()
     if args.quick:
         args.num_envs, args.env_steps, args.seeds = 64, 1e5, [0]
     torch.set_num_threads(args.threads)
 
-    config = load_config(args.config)
-    changed = parse_settings(args.set, parser)
-    base = {**config.hparams, **changed, **({"num_envs": args.num_envs} if args.num_envs else {})}
+    try:
+        config = load_config(args.config, args.set)
+    except ConfigError as e:
+        parser.error(str(e))
+    changed = {".".join(path): value for path, value in map(parse_setting, args.set)}
+    base = {**config.hparams, **({"num_envs": args.num_envs} if args.num_envs else {})}
     env_steps = int(args.env_steps)
     print(f"{args.config.name}'s PPO on {args.env}: {base['num_envs']:,} envs, {env_steps:,} env steps, "
           f"learning rate {base.get('learning_rate')}, desired KL {base.get('desired_kl', 0.008)} when adaptive")

@@ -2,11 +2,12 @@
 beside the MACD rule and equal-weight buy-and-hold: what a single lineage reaches, without a tournament.
 
     python benchmarks/trading_lineage.py [--seeds 0 1 2 3 4] [--steps 1000000] [--evaluations 5]
-                                         [--market synthetic|random_walk] [--env-kwarg KEY=JSON ...]
-                                         [--hparam KEY=JSON ...] [--quick]
+                                         [--market synthetic|random_walk] [--set SECTION.KEY=VALUE ...]
+                                         [--quick]
 
 Per seed: the shipped `workflows/configs/stock_trading.toml`'s env (its `env_kwargs`, `market_seed` = the seed)
-and PPO hyper-parameters, one process, one torch thread; `--evaluations` backtests of the deterministic policy
+and PPO hyper-parameters, as `--set` changes them (`podracer train`'s spelling: `run.env_kwargs.days=20000`,
+`hparams.gamma=0.97`), one process, one torch thread; `--evaluations` backtests of the deterministic policy
 (workflows/backtest.py's figures, `envs/trading/backtest.py`) spread over `--steps` env steps. The MACD rule
 acts with the sign of each asset's MACD feature, no learning. Prints one line per evaluation; the last line is
 JSON: per seed, the final test Sharpe ratios of the agent, the rule and buy-and-hold. `--quick`: seed 0, 100,000
@@ -18,15 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from dask_podracer.agents import make_agent
-from dask_podracer.config import load_config
+from dask_podracer.config import ConfigError, load_config
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.trading.backtest import backtest
+from dask_podracer.population import check_constructs
 
 CONFIG = Path(__file__).resolve().parents[1] / "workflows" / "configs" / "stock_trading.toml"
 PERIODS = ("validation", "test")
@@ -52,12 +55,10 @@ def sharpes(evals: dict, policy) -> dict[str, float]:
     return out
 
 
-def one_seed(seed: int, steps: int, evaluations: int, market: str | None = None, env_changes: dict | None = None,
-             hparam_changes: dict | None = None) -> dict:
-    config = load_config(CONFIG)
-    env_kwargs = {**config.run.env_kwargs, "market_seed": seed, **({"market": market} if market else {}),
-                  **(env_changes or {})}
-    hparams = {**config.hparams, **(hparam_changes or {})}
+def one_seed(seed: int, steps: int, evaluations: int, market: str | None = None, settings: Sequence[str] = ()) -> dict:
+    config = load_config(CONFIG, settings)
+    env_kwargs = {**config.run.env_kwargs, "market_seed": seed, **({"market": market} if market else {})}
+    hparams = dict(config.hparams)
     torch.manual_seed(seed)
     env = make_vec_env(config.run.env, hparams["num_envs"], device="cpu", seed=seed, **env_kwargs)
     evals = {p: make_vec_env(config.run.env, 1, device="cpu", seed=0, **{**env_kwargs, "period": p}) for p in PERIODS}
@@ -79,17 +80,6 @@ def one_seed(seed: int, steps: int, evaluations: int, market: str | None = None,
             "beats_buy_and_hold": last["test"] > last["test_buy_and_hold"]}
 
 
-def _assignments(items: list[str]) -> dict:
-    """`["days=20000", "split=[0.7, 0.85]"]` -> `{"days": 20000, "split": [0.7, 0.85]}`."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"{item!r}: give KEY=JSON, e.g. days=20000")
-        out[key] = json.loads(value)
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -97,18 +87,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--evaluations", type=int, default=5)
     parser.add_argument("--market", choices=["synthetic", "random_walk"], default=None,
                         help="the config's market (synthetic) or the control with nothing to learn")
-    parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
-                        help="replace one of the config's env_kwargs, e.g. days=20000")
-    parser.add_argument("--hparam", action="append", default=[], metavar="KEY=JSON",
-                        help="replace one of the config's hparams, e.g. gamma=0.97")
+    parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config values to change, as podracer train's --set: run.env_kwargs.days=20000")
     parser.add_argument("--quick", action="store_true", help="seed 0, 100,000 steps")
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.steps, args.evaluations = [0], 100_000, 2
     torch.set_num_threads(1)
-    env_changes, hparam_changes = _assignments(args.env_kwarg), _assignments(args.hparam)
-    results = [one_seed(seed, args.steps, args.evaluations, args.market, env_changes, hparam_changes)
-               for seed in args.seeds]
+    try:  # a bad setting ends the run here, in one line, before any seed trains
+        check_constructs(load_config(CONFIG, args.set))
+    except ConfigError as e:
+        parser.error(str(e))
+    results = [one_seed(seed, args.steps, args.evaluations, args.market, args.set) for seed in args.seeds]
     beats = sum(r["beats_buy_and_hold"] for r in results)
     print(f"the agent's test Sharpe beat buy-and-hold's on {beats} of {len(results)} seeds")
     print(json.dumps({"seeds": results, "beats": beats}))

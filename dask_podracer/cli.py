@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="print only the final summary")
     train.add_argument("--tensorboard", metavar="DIR",
                        help="write TensorBoard event files here as the run goes (overrides logging.tensorboard)")
+    train.add_argument("--set", action="extend", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                       help="change config values, each VALUE a TOML value or a plain word, e.g. --set "
+                            "hparams.gamma=0.97 tournament.perturb='[\"actor_lr\"]' run.env=gym:Hopper-v5")
     train.set_defaults(func=_train)
 
     board = commands.add_parser("leaderboard", help="show the ranked leaderboard of a store",
@@ -149,7 +152,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         if args.budget is not None:
             parse_duration(args.budget, "--budget")  # named as the user wrote it, not as run.budget
-        config = load_config(args.config)
+        config = load_config(args.config, args.set)
         overrides = {k: v for k, v in {"store": args.store, "budget": args.budget}.items() if v is not None}
         if overrides:
             config = config.replace(**overrides)

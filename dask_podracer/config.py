@@ -7,6 +7,7 @@ and exit without a traceback and without creating or touching a store.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -15,7 +16,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -389,8 +390,8 @@ _SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": Segmen
              "store": StoreConfig, "logging": LoggingConfig}
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a TOML config file."""
+def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
+    """Read and validate a TOML config file, with `settings` ("hparams.gamma=0.97", ...) changed first."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -400,7 +401,51 @@ def load_config(path: str | Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    return config_from_dict(data, source=str(path), default_name=path.stem)
+    source = str(path) if not settings else f"{path} with --set"
+    return config_from_dict(apply_settings(data, settings), source=source, default_name=path.stem)
+
+
+def parse_setting(text: str) -> tuple[tuple[str, ...], Any]:
+    """`"hparams.hidden=[64, 64]"` -> (("hparams", "hidden"), [64, 64]).
+
+    The value is a TOML value; one that is not (`run.env=MujocoAnt-v5`) is taken as the string it is, so
+    names need no shell-quoted quotes. Types are checked later, with the rest of the config.
+    """
+    key, sep, value = text.partition("=")
+    key = re.sub(r"\[(\d+)\]", r".\1", key)  # groups[1].hparams.gamma, as config errors name it
+    path = tuple(part.strip() for part in key.split("."))
+    if not sep or not all(path):
+        raise ConfigError(f"--set {text}: expected SECTION.KEY=VALUE, e.g. hparams.gamma=0.97")
+    try:
+        return path, tomllib.loads(f"value = {value}")["value"]
+    except tomllib.TOMLDecodeError:
+        return path, value.strip()
+
+
+def apply_settings(data: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """A copy of the parsed TOML with each "SECTION.KEY=VALUE" set, tables made as needed; a number indexes a
+    list of tables (`groups.0.hparams.actor_lr=3e-4` or `groups[0]...`). The result is validated as a file is."""
+    out = copy.deepcopy(dict(data))
+    for text in settings:
+        path, value = parse_setting(text)
+        node: Any = out
+        for depth, part in enumerate(path[:-1]):
+            where = ".".join(path[:depth + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(f"--set {text}: {'.'.join(path[:depth])} has tables 0 to {len(node) - 1}, "
+                                      f"not {part!r}")
+                node = node[int(part)]
+            else:
+                node = node.setdefault(part, {})
+            if not isinstance(node, (dict, list)):
+                raise ConfigError(f"--set {text}: {where} is {_describe(node)}, not a table")
+        if not isinstance(node, dict):
+            where = ".".join(path[:-1])
+            raise ConfigError(f"--set {text}: {where} is a list; set it whole ({where}=[...]) or a key of one of "
+                              f"its tables ({where}.0.KEY=...)")
+        node[path[-1]] = value
+    return out
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_name: str = "tournament") -> Config:

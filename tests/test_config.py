@@ -152,3 +152,55 @@ def test_eval_env_kwargs_are_checked_like_env_kwargs():
     config = config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac",
                                        "eval_env_kwargs": {"period": "validation"}}})
     assert config.run.eval_env_kwargs == {"period": "validation"}
+
+
+def test_settings_change_the_config_as_its_file_would():
+    before = SHIPPED.read_text()
+    config = load_config(SHIPPED, ["hparams.gamma=0.97", "hparams.hidden=[32, 32]", "run.env=gym:Pendulum-v1",
+                                   'tournament.perturb=["actor_lr"]', "run.budget=90s", "logging.mlflow=mlruns"])
+    assert config.hparams["gamma"] == 0.97 and config.hparams["hidden"] == (32, 32)
+    assert config.run.env == "gym:Pendulum-v1" and config.tournament.perturb == ("actor_lr",)
+    assert config.run.budget_seconds == 90 and config.logging.mlflow == "mlruns"  # a table the file lacks
+    assert config.hparams["actor_lr"] == load_config(SHIPPED).hparams["actor_lr"]  # the rest as the file has it
+    assert SHIPPED.read_text() == before
+    mixed = ROOT / "workflows" / "configs" / "pendulum_mixed.toml"
+    for setting in ("groups.1.hparams.gamma=0.9", "groups[1].hparams.gamma=0.9"):
+        (first, second) = load_config(mixed, [setting]).groups
+        assert second.hparams["gamma"] == 0.9
+        assert first.hparams["gamma"] == load_config(mixed).groups[0].hparams["gamma"]
+    with pytest.raises(ConfigError, match=r"groups has tables 0 to 1, not 'sac'"):
+        load_config(mixed, ["groups.sac.hparams.gamma=0.9"])
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("hparams.gamma", "--set hparams.gamma: expected SECTION.KEY=VALUE, e.g. hparams.gamma=0.97"),
+    ("hparams..gamma=1", "--set hparams..gamma=1: expected SECTION.KEY=VALUE"),
+    ("hparams.gama=0.9", "pendulum.toml with --set: unknown key hparams.gama"),
+    ("hparams.batch_size=many", "pendulum.toml with --set: hparams.batch_size must be an integer, got str 'many'"),
+    ("run.env.name=x", "--set run.env.name=x: run.env is str 'Pendulum-v1', not a table"),
+    ("tournament.perturb.0=x", "--set tournament.perturb.0=x: tournament.perturb is a list; set it whole"),
+    ("colour.hue=1", "pendulum.toml with --set: unknown section 'colour'"),
+])
+def test_a_bad_setting_is_one_line_and_exit_2_before_any_store(tmp_path, capsys, monkeypatch, setting, message):
+    from dask_podracer.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", str(SHIPPED), "--store", str(tmp_path / "store.zarr"), "--set", "run.seed=1", setting])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("podracer: error: ") and message in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_settings_reach_the_agents_of_a_run(tmp_path, cpu_cluster, capsys):
+    from dask_podracer.cli import main
+    from dask_podracer.store import PodracerStore
+
+    store = tmp_path / "store.zarr"
+    code = main(["train", str(SHIPPED), "--scheduler", cpu_cluster.scheduler_address, "--store", str(store),
+                 "--quiet", "--set", "run.max_segments=1", "tournament.pool_size=1", "run.target_return=0.0",
+                 "segment.env_steps=200", "segment.eval_episodes=2", "hparams.gamma=0.9", "hparams.hidden=[16, 16]",
+                 "hparams.num_envs=2"])
+    assert code == 0, capsys.readouterr().err
+    (entry,) = PodracerStore(str(store)).read_leaderboard()
+    assert entry["hparams"]["gamma"] == 0.9 and list(entry["hparams"]["hidden"]) == [16, 16]
+    assert entry["env_steps"] == 200
