@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     try:  # a bad setting ends the run here, in one line, before any seed trains
         check_constructs(load_config(CONFIG, args.set))
-    except ConfigError as e:
+    except (ConfigError, ValueError) as e:  # ValueError: an env_kwargs value the env cannot take ("many" days)
         parser.error(str(e))
     results = [one_seed(seed, args.steps, args.evaluations, args.market, args.set) for seed in args.seeds]
     beats = sum(r["beats_buy_and_hold"] for r in results)

@@ -42,10 +42,12 @@
 #                                         # and Euler on cuda:0 at WORLDS (16,384) worlds, one captured graph each:
 #                                         # benchmarks/integrator_transfer.py (what a cheaper integrator would
 #                                         # give, issue 24's 2M steps/s; on the CPU it was 3.8x)
-#   benchmarks/device/on_gpu.sh train-warp CONFIG [BUDGET]  # a shipped GPU config (warp_ant.toml,
-#                                         # warp_humanoid.toml) for BUDGET (default 9m) on CUDA; its store stays
-#                                         # in .device/build while the machine is warm, so a second call right
-#                                         # after resumes it (issue 24 asks 20 minutes: two calls); reward vs
+#   benchmarks/device/on_gpu.sh train-warp CONFIG [BUDGET [--set SECTION.KEY=VALUE ...]]  # a shipped GPU
+#                                         # config (warp_ant.toml, warp_humanoid.toml) for BUDGET (default 9m) on
+#                                         # CUDA, with podracer train's options after BUDGET (--set
+#                                         # run.target_return=4000 stops at issue 24's bar, which leaves device
+#                                         # time for the next run); its store stays in .device/build while the
+#                                         # machine is warm, so a second call right after resumes it; reward vs
 #                                         # wall-clock and vs env steps are in the JSON's history
 #   benchmarks/device/on_gpu.sh suite [PATHS]  # the test suite (or PATHS), as a user with a GPU would run it;
 #                                         # whole, it took over 15 minutes on an H100 machine: split it
@@ -272,10 +274,10 @@ integrators)
     ;;
 train-warp)
     install
-    config="${2:?usage: on_gpu.sh train-warp CONFIG [BUDGET]}"
+    config="${2:?usage: on_gpu.sh train-warp CONFIG [BUDGET [--set SECTION.KEY=VALUE ...]]}"
     name="$(basename "$config" .toml)"
     python3 -m dask_podracer.cli train "$config" --store "$build/$name.zarr" --budget "${3:-9m}" \
-        --json "$out/train_$name.json" --quiet 2>&1 | tee "$out/train_$name.txt"
+        --json "$out/train_$name.json" --quiet "${@:4}" 2>&1 | tee "$out/train_$name.txt"
     ;;
 suite)
     install
