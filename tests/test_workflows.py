@@ -79,13 +79,13 @@ def test_resume_continues_the_named_tournament_on_the_given_cluster_for_a_budget
     first = json.loads((workdir / "first.json").read_text())
     assert first["stop_reason"] == "max_segments" and first["segments_completed"] == 2
     assert len(store.read_history()) == 2
-    # the next slice: segments bounded by time only, so the 4-second budget is what stops it
-    (workdir / "slice.toml").write_text(LEARNED_TOML.replace("env_steps = 1500", "env_steps = 0\nseconds = 60")
-                                        .replace("max_segments = 2\n", ""))
-    run = script("resume.py", workdir / "slice.toml", "--store", store.url, "--scheduler", scheduler,
-                 "--budget", "4s", "--json", workdir / "second.json")
+    # the next slice: segments bounded by time only (--set), so the 4-second budget is what stops it
+    run = script("resume.py", workdir / "learned.toml", "--store", store.url, "--scheduler", scheduler,
+                 "--budget", "4s", "--json", workdir / "second.json",
+                 "--set", "segment.env_steps=0", "segment.seconds=60", "run.max_segments=0")
     assert run.returncode == 0, run.stderr
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d resume: podracer train .* --budget 4s --quiet", run.stdout)
+    assert run.stdout.splitlines()[0].endswith(" --set segment.env_steps=0 segment.seconds=60 run.max_segments=0")
     assert f"--scheduler {scheduler}" in run.stdout.splitlines()[0]
     second = json.loads((workdir / "second.json").read_text())
     assert second["stop_reason"] == "budget" and 4.0 <= second["wall_seconds"] < 40.0

@@ -1,6 +1,7 @@
 """Resume a named tournament on a given cluster for a budget: meant for cron or any scheduler.
 
     python workflows/resume.py CONFIG [--store PATH_OR_URL] [--scheduler ADDRESS] [--budget 30m] [--json SUMMARY]
+                                      [--set SECTION.KEY=VALUE ...]
 
 The same as `podracer train` (it resumes whatever the store holds), with a quiet log
 line per run for a scheduler's log: what it did, and where the store is. Example crontab
@@ -27,6 +28,8 @@ def parser() -> argparse.ArgumentParser:
                         help="the cluster to run on, e.g. tcp://head:8786 (default: an embedded LocalCluster)")
     parser.add_argument("--budget", default="30m", help="wall-clock budget of this slice, e.g. 50m (default 30m)")
     parser.add_argument("--json", metavar="SUMMARY", help="write the run summary as JSON to this file")
+    parser.add_argument("--set", action="extend", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config values to change for this slice, as podracer train's --set")
     return parser
 
 
@@ -36,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("store", "scheduler", "json"):
         if getattr(args, flag):
             command += [f"--{flag}", getattr(args, flag)]
+    if args.set:
+        command += ["--set", *args.set]
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')} resume: podracer {' '.join(command)}", flush=True)
     return podracer(command)
 
