@@ -346,6 +346,8 @@ class Config:
     """The population's groups: one from run.algorithm + [hparams] + [search], or the [[groups]] tables."""
     source: str = "<config>"
     """Where the config came from, for messages."""
+    settings: tuple[str, ...] = ()
+    """The `--set SECTION.KEY=VALUE` changes made to the file's values, in order; the run state records them."""
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     """Retention of the store's checkpoints ([store]); where the store is, is run.store."""
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
@@ -402,7 +404,8 @@ def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     source = str(path) if not settings else f"{path} with --set"
-    return config_from_dict(apply_settings(data, settings), source=source, default_name=path.stem)
+    config = config_from_dict(apply_settings(data, settings), source=source, default_name=path.stem)
+    return dataclasses.replace(config, settings=tuple(settings))
 
 
 def parse_setting(text: str) -> tuple[tuple[str, ...], Any]:

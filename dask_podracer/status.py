@@ -50,6 +50,9 @@ class StoreStatus:
     last_error: dict[str, Any] | None
     """The last failed segment: key, agent, error, wall_seconds (of run time), date."""
     heartbeat_seconds: float = DEFAULT_HEARTBEAT
+    config: str | None = None
+    """The config file of the last invocation, then its `--set` changes (`x.toml with --set hparams.gamma=0.9`),
+    where the run state records it."""
 
     @property
     def budget_left(self) -> float | None:
@@ -89,7 +92,8 @@ def store_status(state: Mapping[str, Any], board: Sequence[LeaderboardEntry], hi
         leg_segments=int(leg.get("segments") or 0), budget_spent=_number(leg.get("budget_spent")),
         budget_seconds=_number(state.get("budget_seconds")),
         max_segments=int(state["max_segments"]) if _number(state.get("max_segments")) else None,
-        last_error=last_error, heartbeat_seconds=_number(state.get("heartbeat_seconds")) or DEFAULT_HEARTBEAT)
+        last_error=last_error, heartbeat_seconds=_number(state.get("heartbeat_seconds")) or DEFAULT_HEARTBEAT,
+        config=" ".join([state["config"], *state.get("settings", [])]) if state.get("config") else None)
 
 
 def read_status(store_url: str, now: float | None = None) -> StoreStatus:
@@ -107,6 +111,8 @@ def read_status(store_url: str, now: float | None = None) -> StoreStatus:
 def format_status(s: StoreStatus) -> str:
     """The one screen of `podracer status`."""
     lines = [("store", s.store), ("run", _run_line(s))]
+    if s.config:
+        lines.append(("config", s.config))
     if s.best:
         stderr = f" ± {s.best['score_stderr']:.1f}" if s.best.get("score_stderr") else ""
         group = s.best.get("group") or s.best.get("algorithm") or "-"

@@ -204,3 +204,8 @@ def test_settings_reach_the_agents_of_a_run(tmp_path, cpu_cluster, capsys):
     (entry,) = PodracerStore(str(store)).read_leaderboard()
     assert entry["hparams"]["gamma"] == 0.9 and list(entry["hparams"]["hidden"]) == [16, 16]
     assert entry["env_steps"] == 200
+    state = PodracerStore(str(store)).read_run_state()  # what ran, for `podracer status`
+    assert state["config"] == f"{SHIPPED} with --set" and state["settings"][-1] == "hparams.num_envs=2"
+    capsys.readouterr()
+    assert main(["status", str(store)]) == 0
+    assert f"config     {SHIPPED} with --set run.max_segments=1 tournament.pool_size=1" in capsys.readouterr().out

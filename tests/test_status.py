@@ -44,7 +44,8 @@ def test_whether_a_run_is_going(state, expected):
 
 
 def test_the_screen_of_a_running_store():
-    status = store_status({**STATE, "budget_seconds": 600.0, "max_segments": 40}, BOARD, HISTORY, "/s.zarr", now=NOW)
+    status = store_status({**STATE, "budget_seconds": 600.0, "max_segments": 40, "config": "p.toml with --set",
+                           "settings": ["hparams.gamma=0.9", "run.seed=2"]}, BOARD, HISTORY, "/s.zarr", now=NOW)
     assert (status.finished, status.failed, status.cancelled, status.env_steps) == (2, 2, 1, 6000)
     assert status.budget_left == 340.0  # 600 - 250 spent at the last write - 10 s since
     assert status.last_error == {"key": "s000004-d", "agent": 0, "error": "KilledWorker: worker died",
@@ -53,6 +54,7 @@ def test_the_screen_of_a_running_store():
         "store      /s.zarr",
         ("run        RUNNING since 2027-01-15 07:56:00 UTC (4m 00s); state written 10.0s ago; 2 invocations, "
          "11m 40s of run time"),
+        "config     p.toml with --set hparams.gamma=0.9 run.seed=2",
         "best       -150.2 ± 3.5  s000031-aa  (sac, 24,000 env steps)",
         "segments   2 finished, 2 failed, 1 cancelled; 12 in this leg",
         "budget     4m 20s spent in this leg of 10m 00s: 5m 40s left; 12 of max_segments 40 segments",
@@ -67,6 +69,7 @@ def test_the_screen_without_a_recorded_budget_and_of_other_states():
     assert "finished (budget) 2027-01-15 07:59:50 UTC" in text and "best       - (the leaderboard is empty)" in text
     assert "the budget is the config's run.budget; this store does not record it" in text
     assert "last error none" in text and status.budget_left is None
+    assert "\nconfig " not in text and status.config is None  # an older store records none
     silent = format_status(store_status({**STATE, "written_at": NOW - 3600.0}, BOARD, HISTORY, "/s.zarr", now=NOW))
     assert "NOT RUNNING: not finished, but its state written 1h 00m ago" in silent
     stopped = format_status(store_status({**STATE, "stop_reason": "interrupted"}, BOARD, HISTORY, now=NOW))

@@ -434,6 +434,7 @@ class _Loop:
             # what `podracer status` and `podracer tensorboard` know of the config that ran it
             "name": self.config.run.name, "budget_seconds": self.config.run.budget_seconds,
             "max_segments": self.config.run.max_segments,
+            "config": self.config.source, "settings": list(self.config.settings),
         })
         if retention.retention:
             self._collect()  # after the state: a resumed run never finds an agent on a deleted checkpoint
