@@ -82,6 +82,7 @@ def test_td_target_bootstraps_except_at_terminal_states():
 
 
 def test_target_policy_smoothing_is_clipped_and_in_bounds():
+    torch.manual_seed(0)  # the noise: every one of 4,000 huge draws must clip (one below 5e-7 in size would not)
     low, high = torch.tensor([-2.0]), torch.tensor([2.0])  # half range 2
     action = torch.zeros(4000, 1)
     smoothed = smoothed_target_action(action, noise_std=1e6, noise_clip=0.5, low=low, high=high)

@@ -75,17 +75,34 @@ def test_initial_priorities_are_the_td_errors_of_the_actors_networks_and_reach_t
     assert metrics["actor_priorities_received"] == n and metrics["actor_epsilon_max"] == pytest.approx(0.4)
 
 
-def test_the_learner_makes_utd_ratio_updates_per_transition_received():
+def test_the_learner_makes_utd_ratio_updates_per_transition_received(monkeypatch):
     env, learner, actor = _agents(learning_starts=200, batch_size=32, utd_ratio=0.25)
     actor.start_acting(0, 1)
     obs = env.reset(seed=3)[0]
+    replay, update = learner.replay, learner.update
+    before, drawn = [], []  # the priorities the last chunk's first update sees; each update's rows and |TD error|
+
+    def recording_update(batch):
+        if not before:
+            before.append(replay.priority.clone())  # the chunk's own rows stored, no update made yet
+        drawn.append((batch["index"].clone(), learner.initial_priorities(batch)))  # |TD| under these networks
+        return update(batch)
+
     updates = []
-    for _ in range(4):
+    for i in range(4):
+        if i == 3:
+            monkeypatch.setattr(learner, "update", recording_update)
         obs, chunk, _ = actor.collect(env, obs)
         learner.learn([chunk])
         updates.append(learner.updates)
     assert updates == [0, 25, 50, 75]  # 100 rows a chunk; learning from the 200th transition on
-    assert learner.replay.priority[:100].max() > 0  # drawn rows got their |TD error| back
+    # drawn rows got their |TD error| + epsilon back (a row drawn again: its last), the others kept theirs
+    expected = before[0].clone()
+    for index, td in drawn:
+        expected[index] = td + learner.config.priority_epsilon
+    rows = torch.cat([index for index, _ in drawn]).unique()
+    assert len(drawn) == 25 and torch.equal(replay.priority, expected)
+    assert not torch.allclose(replay.priority[rows], before[0][rows])  # the draws moved them: not a vacuous check
 
 
 def test_reward_normalisation_is_refused_with_actors(tmp_path):

@@ -20,7 +20,7 @@ import torch._inductor.config as inductor_config
 
 from dask_podracer.agents import captured
 from dask_podracer.agents.base import make_agent
-from dask_podracer.agents.loop import SequentialLoop
+from dask_podracer.agents.pipeline import PipelinedLoop
 from dask_podracer.envs import make_vec_env
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -179,22 +179,25 @@ def test_sac_captured_trains_in_both_loops(sac_run):
         env = make_vec_env("Pendulum-v1", 4, seed=0)
         agent = make_agent("sac", env.single_observation_space, env.single_action_space,
                            {**TINY, "compile": compile, "pipeline": pipeline, "learning_starts": 32})
+        # the workspaces are cached across agents and their `runs` never reset: count this agent's calls only
+        runs_before = {name: getattr(getattr(agent, name, None), "runs", 0)
+                       for name in ("_captured", "_captured_explore")}
         obs, _ = env.reset(seed=0)
         for _ in range(12):
             obs, _, metrics = agent.train_iteration(env, obs)
         agent.finish()
-        return agent, metrics
+        return agent, metrics, runs_before
 
     eager = train("off", False)[0]
     gc.collect()  # the earlier tests' agents give the cached workspace back
     for pipeline in (False, True):
-        agent, metrics = train("on", pipeline)
-        assert isinstance(agent.loop, SequentialLoop)
+        agent, metrics, runs_before = train("on", pipeline)
+        assert isinstance(agent.loop, PipelinedLoop) == pipeline  # PipelinedLoop subclasses SequentialLoop
         assert agent.updates == eager.updates > 0
         if not pipeline:
-            assert agent._captured_explore.runs > 0
+            assert agent._captured_explore.runs > runs_before["_captured_explore"]  # this agent acted captured
             assert_same_state(eager, agent, atol=1e-4)
-        assert agent._captured.runs >= agent.updates
+        assert agent._captured.runs - runs_before["_captured"] == agent.updates  # every update, and only these
         assert all(np.isfinite(v) for v in metrics.values())
         del agent
         gc.collect()

@@ -16,10 +16,17 @@ GOOD = {"run": {"env": "Pendulum-v1", "algorithm": "sac"}}
 
 
 def test_shipped_config_loads_with_every_hparam_filled_in():
+    import dataclasses
+
+    from dask_podracer.agents import algorithm_info
+
     config = load_config(SHIPPED)
     assert config.run.env == "Pendulum-v1" and config.run.algorithm == "sac"
     assert config.run.target_return == -200.0 and config.run.budget_seconds == 300
     assert config.hparams["hidden"] == (64, 64) and config.hparams["gamma"] == 0.99
+    defaults = {f.name: f.default for f in dataclasses.fields(algorithm_info("sac").config_cls)}
+    assert set(config.hparams) == set(defaults)  # every field, those the file leaves out at their defaults
+    assert "buffer_size" not in SHIPPED.read_text() and config.hparams["buffer_size"] == defaults["buffer_size"]
     assert config.store_url == "runs/pendulum.zarr"
 
 
@@ -156,12 +163,15 @@ def test_eval_env_kwargs_are_checked_like_env_kwargs():
 
 def test_settings_change_the_config_as_its_file_would():
     before = SHIPPED.read_text()
-    config = load_config(SHIPPED, ["hparams.gamma=0.97", "hparams.hidden=[32, 32]", "run.env=gym:Pendulum-v1",
-                                   'tournament.perturb=["actor_lr"]', "run.budget=90s", "logging.mlflow=mlruns"])
-    assert config.hparams["gamma"] == 0.97 and config.hparams["hidden"] == (32, 32)
+    settings = ["hparams.gamma=0.97", "hparams.batch_size=64", "run.env=gym:Pendulum-v1",
+                'tournament.perturb=["actor_lr"]', "run.budget=90s", "logging.mlflow=mlruns"]
+    config = load_config(SHIPPED, settings)
+    assert config.hparams["gamma"] == 0.97 and config.hparams["batch_size"] == 64
     assert config.run.env == "gym:Pendulum-v1" and config.tournament.perturb == ("actor_lr",)
     assert config.run.budget_seconds == 90 and config.logging.mlflow == "mlruns"  # a table the file lacks
-    assert config.hparams["actor_lr"] == load_config(SHIPPED).hparams["actor_lr"]  # the rest as the file has it
+    # the rest as the file has it: its values that differ from SAC's defaults (128 x 128, 0.5)
+    assert config.hparams["hidden"] == (64, 64) and config.hparams["utd_ratio"] == 1.0
+    assert config.settings == tuple(settings)  # recorded in the run state
     assert SHIPPED.read_text() == before
     mixed = ROOT / "workflows" / "configs" / "pendulum_mixed.toml"
     for setting in ("groups.1.hparams.gamma=0.9", "groups[1].hparams.gamma=0.9"):

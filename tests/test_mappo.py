@@ -189,6 +189,7 @@ def test_team_checkpoint_round_trips_exactly_also_in_a_fresh_process(tmp_path):
     for mine, theirs in ((agent.actor, loaded.actor), (agent.critic, loaded.critic)):
         a, b = mine.state_dict(), theirs.state_dict()
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert len(loaded.optimizer.state) == len(agent.optimizer.state) > 0  # else the loop below checks nothing
     for p, q in zip(agent.optimizer.state.values(), loaded.optimizer.state.values()):
         assert torch.equal(p["exp_avg"], q["exp_avg"]) and torch.equal(p["exp_avg_sq"], q["exp_avg_sq"])
     obs = torch.linspace(-1, 1, 3 * 2 * 18).reshape(3, 2, 18)

@@ -207,6 +207,7 @@ class MatchSignEnv:
 
 
 def test_learns_discrete_bandit():
+    torch.manual_seed(0)  # the agent draws its own seed from the global generator: not from the tests before it
     config = PPOConfig(num_envs=16, rollout_steps=16, hidden=(16,), epochs=4, num_minibatches=4, learning_rate=3e-3)
     env = MatchSignEnv(config.num_envs, seed=0)
     agent = PPOAgent(env.single_observation_space, env.single_action_space, config, env.device)
@@ -250,6 +251,8 @@ def test_state_dict_round_trip_and_child_learning_rate():
     child.load_state_dict(state)
     assert [g["lr"] for g in child.optimizer.param_groups] == [3e-4]
     assert state["optimizer"]["param_groups"][0]["lr"] == parent.config.learning_rate  # the parent's is untouched
+    # Adam's moments came with the state (an empty state would make the loop below check nothing)
+    assert len(child.optimizer.state) == len(parent.optimizer.state) == len(parent.optimizer.param_groups[0]["params"])
     for p_state, c_state in zip(parent.optimizer.state.values(), child.optimizer.state.values()):
         assert torch.equal(p_state["exp_avg"], c_state["exp_avg"])
 

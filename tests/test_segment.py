@@ -157,15 +157,25 @@ def test_a_damaged_shared_ancestor_costs_its_transitions_not_the_load(tmp_path):
     assert result.metrics["replay_rows_lost"] == 50.0
 
 
-def test_an_agent_loaded_to_act_reads_no_shared_ancestor(tmp_path):
+def test_an_agent_loaded_to_act_reads_no_shared_ancestor(tmp_path, monkeypatch):
     store = PodracerStore(tmp_path / "share.zarr", create=True)
     _lineage(store, "s", share=True)
-    for ancestor in ("s0", "s1"):  # gone or damaged ancestors do not matter to an agent that only acts
-        store.quarantine(ancestor, "test")
-    full, bare = load_agent(store, "s2"), load_agent(store, "s2", replay=False)
-    assert full.replay.size == 100 and bare.replay.size == 0  # only s2's own rows were readable
+    read = []  # the checkpoint each call of the store's checkpoint readers named; the real reader still runs
+    for name in ("load_checkpoint", "checkpoint_attrs", "array_names", "array_shape", "has_checkpoint"):
+        def spy(self, key, *args, _real=getattr(PodracerStore, name), **kwargs):
+            read.append(key)
+            return _real(self, key, *args, **kwargs)
+        monkeypatch.setattr(PodracerStore, name, spy)
+    full = load_agent(store, "s2")
+    assert set(read) == {"s0", "s1", "s2"} and full.replay.size == 250  # the spy sees a full load follow s1, s0
+    read.clear()
+    bare = load_agent(store, "s2", replay=False)
+    assert set(read) == {"s2"} and bare.replay.size == 0
     obs = torch.linspace(-1, 1, 30).reshape(10, 3)
     assert torch.equal(full.act(obs), bare.act(obs))
+    for ancestor in ("s0", "s1"):  # so gone or damaged ancestors do not matter to an agent that only acts
+        store.quarantine(ancestor, "test")
+    assert torch.equal(load_agent(store, "s2", replay=False).act(obs), full.act(obs))
 
 
 def test_eval_env_kwargs_build_the_scoring_env_only(store):

@@ -13,6 +13,8 @@ import torch
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.trading import metrics
 from dask_podracer.envs.trading.backtest import backtest, play
+from dask_podracer.train import SegmentSpec
+from dask_podracer.train.evaluate import episode_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,20 +53,41 @@ def test_rebalanced_daily_known_answer():
     assert costly[1] == pytest.approx(1000.0 / 1.01 * 1.05, rel=1e-9)  # 1 % of what is bought is paid
 
 
+class Momentum:
+    """A fixed policy: buy what MACD says is rising, sell what it says is falling. It has the `act` that
+    evaluation calls on an agent, and is itself the callable the backtest plays."""
+
+    def __init__(self, assets: int) -> None:
+        self.macd = slice(1 + 2 * assets, 1 + 3 * assets)
+
+    def __call__(self, obs):
+        return torch.sign(obs[:, self.macd])
+
+    def act(self, obs, deterministic=False):
+        return self(obs)
+
+
 def test_a_validation_backtest_scores_what_the_tournament_scores():
-    """The score of a segment (the sum of rewards over the validation period) is 100 x the backtest's cumulative
-    return: reward is the change in value scaled by 100 / initial cash."""
+    """A segment's score is the mean of `episode_scores` over its evaluation episodes; on the trading env, whose
+    default score is "sharpe", an episode scores the annualised Sharpe ratio of its daily returns
+    (info["episode_score"]), not its summed rewards. Over the validation period (every episode the whole period,
+    from its first date) that is the backtest's `sharpe`; the summed rewards are 100 x its cumulative return
+    (reward is the change in value scaled by 100 / initial cash)."""
     kwargs = {"assets": 4, "days": 400}
-    n = 4
-    policy = lambda obs: torch.sign(obs[:, 1 + 2 * n: 1 + 3 * n])  # MACD's sign: momentum
-    env = make_vec_env("StockTrading-v0", 3, seed=0, period="validation", **kwargs)
+    policy = Momentum(kwargs["assets"])
+    # as run_segment evaluates: eval_episodes envs of the eval period, seeded
+    env = make_vec_env("StockTrading-v0", 3, seed=SegmentSpec.eval_seed, period="validation", **kwargs)
+    scores = episode_scores(policy, env, seed=SegmentSpec.eval_seed)
     obs, _ = env.reset(seed=1)
     total = torch.zeros(3, dtype=torch.float64)
     for _ in range(env.max_episode_steps):
         obs, reward, *_ = env.step(policy(obs))
         total += reward.double()
     result = backtest(make_vec_env("StockTrading-v0", 1, seed=0, period="validation", **kwargs), policy)
+    assert scores.tolist() == pytest.approx([result["sharpe"]] * 3, rel=1e-9)
     assert float(total[0]) == pytest.approx(100 * result["cumulative_return"], rel=1e-4)
+    # a Sharpe ratio, not the return: ranking by the one is not ranking by the other
+    assert abs(result["sharpe"] - 100 * result["cumulative_return"]) > 0.1
     assert result["days"] == env.max_episode_steps and result["turnover"] > 0
     assert len(result["curves"]["agent"]) == len(result["curves"]["buy_and_hold"]) == result["days"] + 1
 

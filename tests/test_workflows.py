@@ -174,10 +174,14 @@ def test_clusters_workflow_runs_locally_and_names_missing_deployments(workdir, t
     assert "stopped: max_segments" in run.stdout
     assert len(PodracerStore(tmp_path / "c.zarr").read_history()) == 2
     for kind, package in (("slurm", "dask_jobqueue"), ("kubernetes", "dask_kubernetes"), ("cuda", "dask_cuda")):
-        if importlib.util.find_spec(package) is not None:
-            continue  # installed: the example would try to reach a real Slurm, Kubernetes or GPU
-        missing = script("clusters.py", kind, workdir / "tiny.toml", timeout=120)
-        assert missing.returncode == 2 and f"{kind} needs {package}" in missing.stderr
+        # the package hidden from the script's process, installed or not (installed, the script would try to
+        # reach a real Slurm, Kubernetes or GPU): a None in sys.modules makes its import fail as a missing one does
+        hidden = (f"import runpy, sys; sys.modules[{package!r}] = None; sys.argv = sys.argv[1:]; "
+                  "runpy.run_path(sys.argv[0], run_name='__main__')")
+        missing = subprocess.run([sys.executable, "-c", hidden, str(WORKFLOWS / "clusters.py"), kind,
+                                  str(workdir / "tiny.toml")], capture_output=True, text=True, timeout=120)
+        assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+        assert missing.stderr.strip() == f"clusters: error: {kind} needs {package}: pip install it first"
 
 
 def test_the_crontab_line_schedules_a_valid_resume_that_ends_before_the_next():

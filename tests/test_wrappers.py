@@ -5,7 +5,8 @@ import torch
 
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.checker import check_vec_env
-from dask_podracer.envs.wrappers import EpisodeStatistics, NormalizeObservation, NormalizeReward, RunningMeanStd
+from dask_podracer.envs.wrappers import (EpisodeStatistics, NormalizeObservation, NormalizeReward, RunningMeanStd,
+                                         VecEnvWrapper)
 
 
 def test_running_mean_std_merges_batches_like_one_big_batch():
@@ -18,16 +19,43 @@ def test_running_mean_std_merges_batches_like_one_big_batch():
     torch.testing.assert_close(rms.var, data.var(0, unbiased=False))
 
 
+class LastStep(VecEnvWrapper):
+    """Passes every step through unchanged, keeping what the inner env returned: the raw observations."""
+
+    def step(self, actions):
+        self.last = self.env.step(actions)
+        return self.last
+
+
 def test_normalize_observation_whitens_and_applies_to_final_obs():
-    env = NormalizeObservation(make_vec_env("MountainCar", 256, seed=0))
+    # CartPole pushed at random ends episodes within a few dozen steps, so final_obs differs from obs
+    raw = LastStep(make_vec_env("CartPole", 256, seed=0))
+    env = NormalizeObservation(raw)
+    gen = torch.Generator().manual_seed(0)
     obs, _ = env.reset()
     for _ in range(50):
-        obs, _, _, _, _info = env.step(torch.randint(0, 3, (256,)))
+        obs, _, _, _, _info = env.step(torch.randint(0, 2, (256,), generator=gen))
     assert abs(float(obs[:, 0].mean())) < 0.5 and 0.3 < float(obs[:, 0].std()) < 2.0
     env.training = False
-    frozen = env.obs_rms.mean.clone()
-    env.step(torch.zeros(256, dtype=torch.int64))
-    assert torch.equal(frozen, env.obs_rms.mean)
+    mean, var = env.obs_rms.mean.clone(), env.obs_rms.var.clone()
+    # learnt statistics, far from the fresh (0, 1) that would make normalising the identity
+    assert not torch.allclose(var, torch.ones_like(var), rtol=0.5)
+
+    def whiten(x):  # by hand, with the frozen statistics
+        return ((x - mean) / torch.sqrt(var + 1e-8)).clamp(-10, 10).float()
+
+    ended = 0
+    for _ in range(20):
+        obs, _, terminated, truncated, info = env.step(torch.randint(0, 2, (256,), generator=gen))
+        inner_obs, *_, inner_info = raw.last
+        done = terminated | truncated
+        torch.testing.assert_close(obs, whiten(inner_obs))
+        torch.testing.assert_close(info["final_obs"], whiten(inner_info["final_obs"]))
+        # where an episode ended, obs is the next episode's first: final_obs must not be that
+        assert not torch.isclose(info["final_obs"][done], obs[done]).all(1).any()
+        ended += int(done.sum())
+    assert ended > 50  # plenty of episodes ended while frozen
+    assert torch.equal(mean, env.obs_rms.mean) and torch.equal(var, env.obs_rms.var)
     frozen_env = NormalizeObservation(make_vec_env("Pendulum", 4, seed=0))
     frozen_env.training = False  # learning statistics would (rightly) break the checker's repeat-the-seed test
     check_vec_env(frozen_env)

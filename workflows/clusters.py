@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster = make_cluster(args.kind, args.workers)
     except ImportError as e:
-        print(f"clusters: error: {args.kind} needs {e.name}: pip install it first", file=sys.stderr)
+        package = (e.name or "its package").split(".")[0]  # dask_kubernetes, not dask_kubernetes.operator
+        print(f"clusters: error: {args.kind} needs {package}: pip install it first", file=sys.stderr)
         return 2
     from distributed import Client
 
