@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Print the leaderboard of a tournament store.")
     board.add_argument("store", metavar="STORE", help="Zarr store path or URL")
     board.add_argument("--json", action="store_true", help="print the entries as a JSON list")
-    board.add_argument("--top", type=int, default=0, help="show only the N best entries")
+    board.add_argument("--top", type=int, default=0, help="show only the N best entries (default 0: all)")
     board.set_defaults(func=_leaderboard)
 
     plot = commands.add_parser("plot", help="write the learning curves of a store",
@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="an env name (Pendulum-v1, gym:Hopper-v5, my_envs:Arm) or a config file (.toml)")
     check.add_argument("--env-kwargs", metavar="JSON", help="keyword arguments of the env, as a JSON object")
     check.add_argument("--num-envs", type=int, default=8, help="envs in the batch (default 8)")
-    check.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    check.add_argument("--device", default="cpu", help="torch device: cpu (the default), cuda, cuda:N or auto")
     check.add_argument("--seed", type=int, default=0, help="seed of the env and the random actions")
     check.add_argument("--max-steps", type=int, default=0,
                        help="steps to check (default: the time limit + 1, at most 10000)")
@@ -223,6 +223,8 @@ def _progress_printer(budget_seconds: float):
 def _leaderboard(args: argparse.Namespace) -> int:
     from dask_podracer.store import PodracerStore, StoreError
 
+    if args.top < 0:
+        raise UserError(f"--top must be >= 0 (0 shows every entry), got {args.top}")
     try:
         entries = PodracerStore(args.store).read_leaderboard()
     except StoreError as e:
@@ -363,7 +365,7 @@ def _check_env(args: argparse.Namespace) -> int:
             kwargs = {**kwargs, **_json_object(args.env_kwargs, "--env-kwargs")}
         if args.num_envs < 1:
             raise UserError(f"--num-envs must be >= 1, got {args.num_envs}")
-        env = make_vec_env(name, args.num_envs, device=args.device, seed=args.seed, **kwargs)
+        env = make_vec_env(name, args.num_envs, device=_usable_device(args.device), seed=args.seed, **kwargs)
     except ConfigError as e:  # names the config file and the key already
         raise UserError(str(e)) from None
     except (ValueError, ImportError, TypeError, RuntimeError) as e:
@@ -388,6 +390,24 @@ def _check_env(args: argparse.Namespace) -> int:
         print(f"  no episode ended within {report.steps:,} steps: auto-reset was not checked "
               f"(raise --max-steps past the time limit)")
     return 0
+
+
+def _usable_device(text: str):
+    """The torch device `--device` names, if this machine has it; a UserError naming what is wrong otherwise."""
+    import torch
+
+    from dask_podracer.train import resolve_device
+
+    try:
+        device = resolve_device(text)
+    except RuntimeError:
+        raise UserError(f"--device {text!r} is not a torch device: give cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {text}: torch sees no CUDA device on this machine (a CPU build of torch, or no "
+                        f"GPU); use --device cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UserError(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 CHECK_STEPS = 10_000

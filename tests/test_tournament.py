@@ -110,6 +110,13 @@ def test_cli_trains_on_an_embedded_cluster_and_shows_the_leaderboard(tmp_path):
     table = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "leaderboard", str(store)],
                            capture_output=True, text=True, timeout=120)
     assert entries[0]["key"] in table.stdout
+    top = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "leaderboard", str(store), "--json", "--top", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert json.loads(top.stdout) == entries[:2]
+    negative = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "leaderboard", str(store), "--top", "-1"],
+                              capture_output=True, text=True, timeout=120)
+    assert negative.returncode == 2 and negative.stderr == "podracer: error: --top must be >= 0 (0 shows every " \
+                                                           "entry), got -1\n"
 
     missing = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "leaderboard", str(tmp_path / "nope.zarr")],
                              capture_output=True, text=True, timeout=120)
