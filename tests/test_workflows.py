@@ -221,3 +221,29 @@ def test_the_readme_python_example_runs_as_a_script(tmp_path):
     best, stop_reason = run.stdout.split()
     assert float(best) < 0 and stop_reason == "max_segments"
     assert len(PodracerStore(tmp_path / "runs" / "pendulum.zarr").read_history()) == 2  # the config's store, here
+
+
+def _workflow(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), WORKFLOWS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name, args, said", [
+    ("evaluate_top.py", ["s.zarr", "--top", "0"], "evaluate_top: error: --top must be >= 1, got 0"),
+    ("evaluate_top.py", ["s.zarr", "--episodes", "0"], "evaluate_top: error: --episodes must be >= 1, got 0"),
+    ("export_champion.py", ["s.zarr", "out", "--episodes", "0"], "export_champion: error: --episodes must be >= 1"),
+    ("clusters.py", ["local", "c.toml", "--workers", "0"], "clusters: error: --workers must be >= 1, got 0"),
+    ("chaos.py", ["--segments", "0"], "chaos: error: --segments must be >= 1, got 0"),
+    ("chaos.py", ["--kill-every", "8", "15"], "chaos: error: --kill-every takes SECONDS (the check: positive"),
+    ("chaos.py", ["--soak", "1", "--kill-every", "15", "8"], "chaos: error: --kill-every takes MIN MAX (the soak"),
+    ("replay_champion.py", ["nowhere"], "replay_champion: error: cannot read nowhere/card.json: No such file"),
+])
+def test_workflow_scripts_refuse_bad_arguments_in_one_line_before_any_work(name, args, said, tmp_path, monkeypatch,
+                                                                           capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _workflow(name).main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []  # no store, no cluster's files, no report

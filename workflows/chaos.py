@@ -862,8 +862,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main() -> int:
-    args = parser().parse_args()
+def bad_argument(args: argparse.Namespace) -> str | None:
+    """What is wrong with the first argument that cannot work, or None: said before any process starts."""
+    for name, low in (("workers", 1), ("segments", 1), ("client_kill_after", 1), ("min_kills", 0)):
+        if getattr(args, name) < low:
+            return f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
+    if args.soak is not None and not args.soak > 0:
+        return f"--soak must be a positive number of minutes, got {args.soak}"
+    every, wanted = args.kill_every, ("MIN MAX", 2) if args.soak is not None else ("SECONDS", 1)
+    if every is not None and (len(every) != wanted[1] or not all(s > 0 for s in every) or every != sorted(every)):
+        return (f"--kill-every takes {wanted[0]} ({'the soak' if args.soak is not None else 'the check'}: positive "
+                f"seconds{', MIN <= MAX' if wanted[1] == 2 else ''}), got {' '.join(map(str, every))}")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    wrong = bad_argument(args)
+    if wrong:
+        print(f"chaos: error: {wrong}", file=sys.stderr)
+        return 2
     if args.verify:
         return verify_command(args)
     if args.soak is not None:

@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        print(f"clusters: error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config)
         overrides = {k: v for k, v in {"budget": args.budget, "store": args.store}.items() if v}

@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", help="the env the entries are trained on; needed for an env of your own "
                                       "('my_envs:Arm'), whose module the store would otherwise import unasked")
     args = parser.parse_args(argv)
+    for name in ("top", "episodes"):
+        if getattr(args, name) < 1:
+            print(f"evaluate_top: error: --{name} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
+            return 2
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)
     try:

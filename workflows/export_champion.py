@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", help="the env the champion is trained on; needed for an env of your own "
                                       "('my_envs:Arm'), whose module the store would otherwise import unasked")
     args = parser.parse_args(argv)
+    if args.episodes < 1:
+        print(f"export_champion: error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
+        return 2
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
     try:

@@ -81,7 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the exporter plays on one thread: the same count gives the same numbers
     folder = Path(args.champion)
-    card = json.loads((folder / "card.json").read_text())
+    try:
+        card = json.loads((folder / "card.json").read_text())
+    except (OSError, ValueError) as e:  # not a folder export_champion.py wrote, or a damaged card
+        reason = e.strerror if isinstance(e, OSError) else f"not JSON ({e})"
+        print(f"replay_champion: error: cannot read {folder / 'card.json'}: {reason}", file=sys.stderr)
+        return 2
+    if not (folder / "policy.pt").is_file():
+        print(f"replay_champion: error: {folder} has a card.json but no policy.pt", file=sys.stderr)
+        return 2
     recorded = card.get("gymnasium_evaluation")
     if not recorded:
         print(f"replay_champion: error: {card.get('env')} has no gymnasium twin; the card records no gymnasium "
