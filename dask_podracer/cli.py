@@ -160,6 +160,8 @@ def _train(args: argparse.Namespace) -> int:
             config = config.with_logging(tensorboard=args.tensorboard)
     except ConfigError as e:
         raise UserError(str(e)) from None
+    if args.json:
+        _output_file(args.json, "--json")  # before the run, not after it
     tls = _tls_files(args)
     summary = _run(config, args.scheduler, quiet=args.quiet, tls=tls)
     if args.json:
@@ -208,6 +210,16 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
                         f"store: run again on a cluster to resume") from None
 
 
+def _output_file(path: str, option: str) -> Path:
+    """`path`, if a file can be written there; a UserError naming the option otherwise."""
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"{option} {path}: is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise UserError(f"{option} {path}: there is no directory {str(out.parent)!r} to write it in")
+    return out
+
+
 def _say(quiet: bool, line: str) -> None:
     if not quiet:
         print(line, flush=True)
@@ -247,6 +259,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     views = {"curves": (), "lineage": ("lineage",), "hparams": ("hparams",), "population": ("lineage", "hparams"),
              "all": ("curves", "lineage", "hparams")}[args.view]
+    _output_file(args.out, "--out")
     try:
         store = PodracerStore(args.store)
         title = Path(store.url).name

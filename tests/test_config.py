@@ -219,3 +219,22 @@ def test_settings_reach_the_agents_of_a_run(tmp_path, cpu_cluster, capsys):
     capsys.readouterr()
     assert main(["status", str(store)]) == 0
     assert f"config     {SHIPPED} with --set run.max_segments=1 tournament.pool_size=1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command, said", [
+    (["train", str(SHIPPED), "--json", "{tmp}/no/dir/s.json"],
+     "--json {tmp}/no/dir/s.json: there is no directory '{tmp}/no/dir' to write it in"),
+    (["train", str(SHIPPED), "--json", "{tmp}"], "--json {tmp}: is a directory; give a file name"),
+    (["train", str(SHIPPED), "--tensorboard", "{tmp}/a_file"],
+     "cannot write TensorBoard event files under '{tmp}/a_file/pendulum': Not a directory"),
+    (["plot", "{tmp}/s.zarr", "--out", "{tmp}/no/c.html"], "--out {tmp}/no/c.html: there is no directory"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys, command, said):
+    from dask_podracer.cli import main
+
+    (tmp_path / "a_file").write_text("")
+    store = ["--store", str(tmp_path / "s.zarr")] if command[0] == "train" else []
+    code = main([part.format(tmp=tmp_path) for part in command] + store)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said.format(tmp=tmp_path) in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no store, no log, no summary

@@ -38,7 +38,11 @@ class TensorBoardLog:
 
         self._writer_type = SummaryWriter
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file in its place, or on its path: said before any segment runs
+            raise TrackingError(f"cannot write TensorBoard event files under '{self.directory}': "
+                                f"{e.strerror or type(e).__name__}") from None
         self.origin = origin
         self._writers: OrderedDict[str, Any] = OrderedDict()
 
