@@ -426,8 +426,9 @@ def parse_setting(text: str) -> tuple[tuple[str, ...], Any]:
 
 
 def apply_settings(data: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
-    """A copy of the parsed TOML with each "SECTION.KEY=VALUE" set, tables made as needed; a number indexes a
-    list of tables (`groups.0.hparams.actor_lr=3e-4` or `groups[0]...`). The result is validated as a file is."""
+    """A copy of the parsed TOML with each "SECTION.KEY=VALUE" set, tables made as needed; a number or a group's
+    name picks one of a list of tables (`groups.0.hparams.actor_lr=3e-4`, `groups[0]...`, `groups.sac...`). The
+    result is validated as a file is."""
     out = copy.deepcopy(dict(data))
     for text in settings:
         path, value = parse_setting(text)
@@ -435,10 +436,7 @@ def apply_settings(data: Mapping[str, Any], settings: Sequence[str]) -> dict[str
         for depth, part in enumerate(path[:-1]):
             where = ".".join(path[:depth + 1])
             if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError(f"--set {text}: {'.'.join(path[:depth])} has tables 0 to {len(node) - 1}, "
-                                      f"not {part!r}")
-                node = node[int(part)]
+                node = _list_item(node, part, f"--set {text}: {'.'.join(path[:depth])}")
             else:
                 node = node.setdefault(part, {})
             if not isinstance(node, (dict, list)):
@@ -605,6 +603,18 @@ def _table(raw: Any, name: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{name} must be a table, got {type(raw).__name__}")
     return raw
+
+
+def _list_item(items: list, part: str, where: str) -> Any:
+    """The item of a TOML list that `part` names: its number, or for [[groups]] its name (its algorithm when it has
+    none, as a group is named)."""
+    if part.isdigit() and int(part) < len(items):
+        return items[int(part)]
+    names = [t.get("name", t.get("algorithm")) if isinstance(t, dict) else None for t in items]
+    if part in names:
+        return items[names.index(part)]
+    named = f" or {', '.join(map(str, names))}" if all(isinstance(n, str) for n in names) else ""
+    raise ConfigError(f"{where} has tables 0 to {len(items) - 1}{named}, not {part!r}")
 
 
 def _dataclass_from(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:

@@ -54,7 +54,7 @@ def render() -> str:
            "", "A run is one TOML file with the tables below. Unknown keys, wrong types and out-of-range values",
            "are refused before anything starts, with a one-line message naming the key.", "",
            "`podracer train CONFIG --set SECTION.KEY=VALUE ...` changes values for one run without editing the file",
-           "(`--set hparams.gamma=0.97 run.env=gym:Hopper-v5 groups.1.hparams.actor_lr=3e-4`): each VALUE is a TOML",
+           "(`--set hparams.gamma=0.97 run.env=gym:Hopper-v5 groups.sac.hparams.actor_lr=3e-4`): each VALUE is a TOML",
            "value, or a plain word taken as a string, and the result is checked as the file would be.", ""]
     for name, cls in SECTIONS.items():
         out += [f"## [{name}]", "", *table(cls), ""]

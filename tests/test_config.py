@@ -174,12 +174,12 @@ def test_settings_change_the_config_as_its_file_would():
     assert config.settings == tuple(settings)  # recorded in the run state
     assert SHIPPED.read_text() == before
     mixed = ROOT / "workflows" / "configs" / "pendulum_mixed.toml"
-    for setting in ("groups.1.hparams.gamma=0.9", "groups[1].hparams.gamma=0.9"):
+    for setting in ("groups.1.hparams.gamma=0.9", "groups[1].hparams.gamma=0.9", "groups.ppo.hparams.gamma=0.9"):
         (first, second) = load_config(mixed, [setting]).groups
         assert second.hparams["gamma"] == 0.9
         assert first.hparams["gamma"] == load_config(mixed).groups[0].hparams["gamma"]
-    with pytest.raises(ConfigError, match=r"groups has tables 0 to 1, not 'sac'"):
-        load_config(mixed, ["groups.sac.hparams.gamma=0.9"])
+    with pytest.raises(ConfigError, match=r"groups has tables 0 to 1 or sac, ppo, not 'td3'"):
+        load_config(mixed, ["groups.td3.hparams.gamma=0.9"])
 
 
 @pytest.mark.parametrize("setting, message", [
