@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from dask_podracer.agents import make_agent
-from dask_podracer.config import ConfigError, load_config
+from dask_podracer.config import Config, ConfigError, load_config
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.trading.backtest import backtest
 from dask_podracer.population import check_constructs
@@ -55,8 +54,7 @@ def sharpes(evals: dict, policy) -> dict[str, float]:
     return out
 
 
-def one_seed(seed: int, steps: int, evaluations: int, market: str | None = None, settings: Sequence[str] = ()) -> dict:
-    config = load_config(CONFIG, settings)
+def one_seed(config: Config, seed: int, steps: int, evaluations: int, market: str | None = None) -> dict:
     env_kwargs = {**config.run.env_kwargs, "market_seed": seed, **({"market": market} if market else {})}
     hparams = dict(config.hparams)
     torch.manual_seed(seed)
@@ -95,10 +93,11 @@ def main(argv: list[str] | None = None) -> None:
         args.seeds, args.steps, args.evaluations = [0], 100_000, 2
     torch.set_num_threads(1)
     try:  # a bad setting ends the run here, in one line, before any seed trains
-        check_constructs(load_config(CONFIG, args.set))
+        config = load_config(CONFIG, args.set)
+        check_constructs(config)
     except (ConfigError, ValueError) as e:  # ValueError: an env_kwargs value the env cannot take ("many" days)
         parser.error(str(e))
-    results = [one_seed(seed, args.steps, args.evaluations, args.market, args.set) for seed in args.seeds]
+    results = [one_seed(config, seed, args.steps, args.evaluations, args.market) for seed in args.seeds]
     beats = sum(r["beats_buy_and_hold"] for r in results)
     print(f"the agent's test Sharpe beat buy-and-hold's on {beats} of {len(results)} seeds")
     print(json.dumps({"seeds": results, "beats": beats}))

@@ -406,21 +406,13 @@ def _check_env(args: argparse.Namespace) -> int:
 
 
 def _usable_device(text: str):
-    """The torch device `--device` names, if this machine has it; a UserError naming what is wrong otherwise."""
-    import torch
-
-    from dask_podracer.train import resolve_device
+    """The torch device `--device` names, as preflight checks a worker's: a UserError if this machine cannot use it."""
+    from dask_podracer.train import usable_device
 
     try:
-        device = resolve_device(text)
-    except RuntimeError:
-        raise UserError(f"--device {text!r} is not a torch device: give cpu, cuda, cuda:N or auto") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {text}: torch sees no CUDA device on this machine (a CPU build of torch, or no "
-                        f"GPU); use --device cpu")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise UserError(f"--device {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
+        return usable_device(text)
+    except ValueError as e:
+        raise UserError(f"cannot use --device {text!r}: {e}") from None
 
 
 CHECK_STEPS = 10_000

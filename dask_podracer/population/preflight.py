@@ -153,11 +153,9 @@ def _probe_worker(config: Config) -> str | None:
     """On a worker: what keeps it from running this config's segments, in one line; None when nothing does."""
     import uuid
 
-    import torch
-
     from dask_podracer.population.worker_slot import worker_device
     from dask_podracer.store import PodracerStore
-    from dask_podracer.train import resolve_device
+    from dask_podracer.train import usable_device
 
     try:
         PodracerStore(config.store_url).check_access(uuid.uuid4().hex[:12])
@@ -165,9 +163,9 @@ def _probe_worker(config: Config) -> str | None:
         return f"cannot use the store '{config.store_url}': {_first_line(e)}"
     device = worker_device() if config.segment.device == "auto" else config.segment.device
     try:
-        torch.empty(1, device=resolve_device(device))
-    except (RuntimeError, AssertionError) as e:  # AssertionError: torch built without CUDA
-        return f"cannot use segment.device {config.segment.device!r}: {_first_line(e)}"
+        usable_device(device)
+    except ValueError as e:
+        return f"cannot use segment.device {config.segment.device!r}: {e}"
     try:
         check_constructs(config)
     except (ValueError, ImportError, TypeError) as e:

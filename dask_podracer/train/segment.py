@@ -34,6 +34,17 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def usable_device(device: str) -> torch.device:
+    """`resolve_device(device)`, once a tensor has been placed on it; a one-line ValueError where this process
+    cannot use it (a name torch does not know, a device this machine lacks, a CPU build of torch)."""
+    try:
+        resolved = resolve_device(device)
+        torch.empty(1, device=resolved)
+    except (RuntimeError, AssertionError) as e:  # AssertionError: torch built without CUDA
+        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    return resolved
+
+
 def run_segment(spec: SegmentSpec, actors: ActorLauncher | None = None,
                 learners: LearnerLauncher | None = None) -> SegmentResult:
     """Train `spec.algorithm` on `spec.env` from `spec.parent` (or fresh) and save under `spec.key`. With
