@@ -96,7 +96,7 @@ class TournamentConfig:
     leaderboard_size: int = 8
     """Entries the leaderboard keeps (K): a result enters if it beats the K-th."""
     fresh_agents: int = 2
-    """Agents that start from scratch before new agents start from leaderboard entries (tournament)."""
+    """tournament: new agents start from scratch until the leaderboard holds this many entries of their group."""
     selection: str = "tournament"
     """How the tournament picks an entry from the top of the board: tournament or softmax."""
     tournament_size: int = 2
@@ -125,7 +125,8 @@ class TournamentConfig:
     perturb: tuple[str, ...] = ()
     """Hyper-parameters a child changes (must be tunable ones of its algorithm; perturbed or resampled)."""
     perturb_factor: float = 1.25
-    """A perturbed value is multiplied by this or divided by it, with equal chance."""
+    """A perturbed number is multiplied by this or divided by it, with equal chance (an int moves by at least 1);
+    a categorical one (a bool, a string) moves to another of its options."""
     resample_probability: float = 0.0
     """Chance that a perturbed hyper-parameter is redrawn from its [search] prior instead."""
     replay: str = "copy"

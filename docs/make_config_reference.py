@@ -33,11 +33,18 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+DEFAULTS = {(RunConfig, "name"): "the config file's name, without `.toml`",
+            (GroupConfig, "name"): "its algorithm", (GroupConfig, "hparams"): "the algorithm's defaults"}
+"""Defaults that the TOML reader fills in (config.py), where the dataclass's own would mislead."""
+
+
 def table(cls: type) -> list[str]:
     docs = field_docs(cls)
     rows = ["| key | default | meaning |", "| --- | --- | --- |"]
     for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
+        if (cls, f.name) in DEFAULTS:
+            default = DEFAULTS[cls, f.name]
+        elif f.default is not dataclasses.MISSING:
             default = f"`{f.default!r}`"
         elif f.default_factory is not dataclasses.MISSING:
             default = f"`{f.default_factory()!r}`"
@@ -54,8 +61,9 @@ def render() -> str:
            "", "A run is one TOML file with the tables below. Unknown keys, wrong types and out-of-range values",
            "are refused before anything starts, with a one-line message naming the key.", "",
            "`podracer train CONFIG --set SECTION.KEY=VALUE ...` changes values for one run without editing the file",
-           "(`--set hparams.gamma=0.97 run.env=gym:Hopper-v5 groups.sac.hparams.actor_lr=3e-4`): each VALUE is a TOML",
-           "value, or a plain word taken as a string, and the result is checked as the file would be.", ""]
+           "(`--set hparams.gamma=0.97 run.env=gym:Hopper-v5`; with [[groups]], `groups.sac.hparams.actor_lr=3e-4` or",
+           "`groups.0.hparams.actor_lr=3e-4` picks a group by its name or number): each VALUE is a TOML value, or a",
+           "plain word taken as a string, and the result is checked as the file would be.", ""]
     for name, cls in SECTIONS.items():
         out += [f"## [{name}]", "", *table(cls), ""]
     out += ["## [search]: priors of fresh agents", "",
