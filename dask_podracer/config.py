@@ -489,6 +489,9 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
         single = {"algorithm": run.algorithm, "hparams": data.get("hparams", {}), "search": data.get("search", {})}
         groups = (_group(single, "", tournament),)
     _check_gpu_threads(groups, sections["cluster"], sections["segment"], "groups" in data)
+    if "actors" in data and "learners" in data:  # before either section's own checks, which would mislead
+        raise ConfigError("learners: [learners] with [actors] is not built yet (several learners each with actors); "
+                          "keep one of the two")
     return Config(**sections, groups=groups, source=source, actors=_actors(data, groups),
                   learners=_learners(data, groups, sections["cluster"]))
 
@@ -537,9 +540,6 @@ def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster:
     if "learners" not in data:
         return None
     learners = _dataclass_from(LearnersConfig, _table(data["learners"], "learners"), "learners")
-    if "actors" in data:
-        raise ConfigError("learners: [learners] with [actors] is not built yet (several learners each with actors); "
-                          "keep one of the two")
     pending = _table(data.get("tournament", {}), "tournament").get("pending", 0)
     _require(pending == 0, "tournament.pending", "0 with [learners]", pending)  # as with [actors]
     _require(cluster.threads_per_worker == 1, "cluster.threads_per_worker", "1 with [learners]",

@@ -250,6 +250,9 @@ def _config(tmp_path, learners: dict, **sections) -> dict:
      ('hparams.compile must be "auto" or "off" with [learners] (a captured update cannot average gradients inside '
       "its graph), got 'on'")),
     ({}, {"actors": {"workers": 2}}, "learners: [learners] with [actors] is not built yet"),
+    # an algorithm [actors] cannot take is still told that the two sections do not go together
+    ({}, {"run": {"algorithm": "ppo"}, "hparams": {}, "actors": {"workers": 2}},
+     "learners: [learners] with [actors] is not built yet"),
     ({}, {"tournament": {"pending": 1}}, "tournament.pending must be 0 with [learners]"),
     ({}, {"cluster": {"threads_per_worker": 2}}, "cluster.threads_per_worker must be 1 with [learners]"),
     ({}, {"cluster": {"segments_per_gpu": 2, "gpu_sharing": "threads"}}, 'cluster.gpu_sharing must be "processes"'),

@@ -6,6 +6,7 @@ import logging
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from dask_podracer.cli import main
 from dask_podracer.config import LoggingConfig, config_from_dict
 from dask_podracer.store import PodracerStore
-from dask_podracer.tracking import Trackers, TrackingError, default_run_name, open_trackers
+from dask_podracer.tracking import Trackers, TrackingError, default_run_name, open_trackers, state_origin
 from dask_podracer.tracking.scalars import segment_scalars, segment_text
 
 SMALL = {  # a tiny SAC tournament whose fresh agents draw different actor_lr, so the hyper-parameters vary
@@ -189,7 +190,7 @@ def test_podracer_tensorboard_writes_a_stores_history_as_event_files(tournament,
                                                f"(tensorboard --logdir {out})")
     state = tournament.read_run_state()
     assert state["name"] == "tiny"  # the run's name, which [logging] logged under live, not the store's
-    assert_event_files_match(out / "tiny", history, origin=state["written_at"] - state["wall_seconds"])
+    assert_event_files_match(out / "tiny", history, origin=state["origin"])
     # a second export into the same place would double every point: refused
     assert main(["tensorboard", tournament.url, "--out", str(out)]) == 2
     assert "already holds TensorBoard event files" in capsys.readouterr().err
@@ -263,9 +264,9 @@ def test_the_logging_section_logs_a_tournament_as_it_goes(cpu_client, tmp_path):
     run_tournament(config, cpu_client)
     store = PodracerStore(store_path)
     history = store.read_history()
-    runs = [p.parent for p in (tmp_path / "tb").rglob("agent-000")]
-    assert len(runs) == 1, f"expected one run directory holding agent-000 under {tmp_path / 'tb'}: {runs}"
-    assert_event_files_match(runs[0], history, origin=None)
+    logged = [p.parent for p in (tmp_path / "tb").rglob("agent-000")]
+    assert len(logged) == 1, f"expected one run directory holding agent-000 under {tmp_path / 'tb'}: {logged}"
+    assert_event_files_match(logged[0], history, origin=None)
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'ml' / 'mlflow.db'}")
@@ -277,3 +278,22 @@ def test_the_logging_section_logs_a_tournament_as_it_goes(cpu_client, tmp_path):
                                            f"agent-{first['agent']:03d}"), "score")
     origin = score[0].timestamp / 1000 - first["wall_seconds"]  # the run's clock, whatever date it started
     assert_mlflow_matches(client, runs, history, origin=origin)
+    assert store.read_run_state()["origin"] == pytest.approx(origin, abs=1e-3)  # the date the store records
+
+    # resumed after a gap, which wall_seconds leaves out: the live logs go on at the run's clock, and an export
+    # written from the store afterwards puts every point where the live logs did (before, it dated the whole
+    # run later by the gap)
+    time.sleep(2.0)
+    run_tournament(config.replace(max_segments=2), cpu_client)
+    history = store.read_history()
+    assert sum(r["status"] == "finished" for r in history) == 8
+    assert store.read_run_state()["origin"] == pytest.approx(origin, abs=1e-3)
+    assert_event_files_match(logged[0], history, origin=origin)
+    assert main(["tensorboard", str(store_path), "--out", str(tmp_path / "exported"), "--name", "run"]) == 0
+    assert_event_files_match(tmp_path / "exported" / "run", history, origin=origin)
+
+
+def test_a_run_state_dates_second_0_by_its_origin_and_an_older_one_by_its_last_write():
+    assert state_origin({"origin": 100.0, "written_at": 900.0, "wall_seconds": 50.0}) == 100.0
+    assert state_origin({"written_at": 900.0, "wall_seconds": 50.0}) == 850.0  # a state from before 2026-11-28
+    assert state_origin({"wall_seconds": 50.0}) is None and state_origin({}) is None

@@ -141,6 +141,24 @@ def test_the_backtest_workflow_on_a_tiny_tournament(cpu_client, tmp_path):
                          capture_output=True, text=True, timeout=120, check=False)
     validation = json.loads((tmp_path / "val.json").read_text())
     assert validation["sharpe"] == pytest.approx(champion["score"], rel=1e-4, abs=1e-4)
+    # so do the exported card's evaluation and evaluate_top.py's, on the env that scored it: its checkpoint
+    # records run.eval_env_kwargs (before, both played the train period and summed the rewards)
+    assert store.checkpoint_attrs(champion["key"])["eval_env_kwargs"] == {"period": "validation"}
+    out = subprocess.run([sys.executable, str(ROOT / "workflows/export_champion.py"), str(tmp_path / "bt.zarr"),
+                          str(tmp_path / "champion"), "--episodes", "2"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    evaluation = json.loads((tmp_path / "champion" / "card.json").read_text())["evaluation"]
+    assert evaluation["env_kwargs"] == {**env_kwargs, "period": "validation"}
+    assert evaluation["score"] == pytest.approx(champion["score"], rel=1e-4, abs=1e-4)
+    assert evaluation["scores"] == pytest.approx([validation["sharpe"]] * 2, rel=1e-4, abs=1e-4)
+    assert evaluation["returns"] == pytest.approx([100 * validation["cumulative_return"]] * 2, rel=1e-3, abs=1e-3)
+    out = subprocess.run([sys.executable, str(ROOT / "workflows/evaluate_top.py"), str(tmp_path / "bt.zarr"),
+                          "--top", "1", "--episodes", "2", "--out", str(tmp_path / "top")],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads((tmp_path / "top.json").read_text())
+    assert row["fresh_score"] == pytest.approx(champion["score"], rel=1e-4, abs=1e-4)
 
 
 def test_the_backtest_workflow_refuses_in_one_line(tmp_path):

@@ -20,7 +20,7 @@ import torch
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import StoredEnvRefused, make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
-from dask_podracer.train import evaluate, load_agent
+from dask_podracer.train import evaluate, evaluation_env_kwargs, load_agent
 
 
 def report(store: PodracerStore, top: int, episodes: int, seed: int, env: str | None = None) -> list[dict]:
@@ -29,7 +29,8 @@ def report(store: PodracerStore, top: int, episodes: int, seed: int, env: str | 
     for rank, entry in enumerate(store.read_leaderboard()[:top], 1):
         agent = load_agent(store, entry["key"], replay=False, env=env)  # evaluation only acts
         attrs = store.checkpoint_attrs(entry["key"])
-        episodes_env = make_vec_env(attrs["env"], episodes, seed=seed, **attrs.get("env_kwargs", {}))
+        # the env the score came from: a trading agent's validation period, say (`run.eval_env_kwargs`)
+        episodes_env = make_vec_env(attrs["env"], episodes, seed=seed, **evaluation_env_kwargs(attrs))
         fresh = evaluate(agent, episodes_env, seed=seed)
         rows.append({"rank": rank, "key": entry["key"], "algorithm": entry["algorithm"],
                      "leaderboard_score": entry["score"], "fresh_score": fresh, "env_steps": entry["env_steps"]})

@@ -6,12 +6,16 @@ Writes OUT_DIR/policy.pt (TorchScript: observations [B, obs_dim] float32 -> dete
 actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage, and the
 evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
 
-The card holds two evaluations: `evaluation`, on our vectorised env with the tournament's
-evaluation seed (it reproduces the leaderboard score: it runs on the device the score was
-evaluated on, or on the CPU where this machine lacks it, and then float differences between
-devices may move it a little; `evaluation.device` and `scored_on` say which), and, for gymnasium
-envs (ids, Env classes of your own) and our envs with a gymnasium twin, `gymnasium_evaluation`:
-the exported TorchScript policy played in gymnasium itself, one episode per seed.
+The card holds two evaluations.
+- `evaluation`: our vectorised env, with the tournament's evaluation seed and the env that scored the
+  checkpoint (with `run.eval_env_kwargs`, e.g. a trading agent's validation period; checkpoints written before
+  2026-11-28 did not record those). It reproduces the leaderboard score: it runs on the device the score was
+  evaluated on, or on the CPU where this machine lacks it, and then float differences between devices may move
+  it a little (`evaluation.device` and `scored_on` say which). Each episode's return and score are listed: the
+  score is the return unless the env reports its own (a trading env's Sharpe ratio).
+- `gymnasium_evaluation`, for gymnasium envs (ids, Env classes of your own) and our envs with a gymnasium twin:
+  the exported TorchScript policy played in gymnasium itself, one episode per seed.
+
 `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with torch and
 gymnasium alone (and, for an Env class of your own, its module). The exported checkpoint is pinned in
 the store: retention (`[store]`, `podracer gc`) never deletes it (`podracer pin STORE KEY --unpin` releases it).
@@ -44,7 +48,8 @@ from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import HOW_STEPPED
 from dask_podracer.lineage import family_tree
 from dask_podracer.store import PodracerStore, StoreError
-from dask_podracer.train import SegmentSpec, load_agent
+from dask_podracer.train import SegmentSpec, evaluation_env_kwargs, load_agent
+from dask_podracer.train.evaluate import episode_returns_and_scores
 
 
 class _Policy(torch.nn.Module):
@@ -91,7 +96,7 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
         "scored_on": scored_on,
-        "evaluation": _evaluation(evaluator, attrs["env"], episodes, seed, env_kwargs, device),
+        "evaluation": _evaluation(evaluator, attrs["env"], episodes, seed, evaluation_env_kwargs(attrs), device),
         "gymnasium_evaluation": _gymnasium_evaluation(scripted, one_env, attrs["env"], episodes, seed, env_kwargs),
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
         "observation_shape": list(one_env.single_observation_space.shape),
@@ -114,24 +119,17 @@ def evaluation_device(scored_on: str) -> torch.device:
     return torch.device("cpu")
 
 
-@torch.no_grad()
 def _evaluation(agent, env_name: str, episodes: int, seed: int, env_kwargs: dict, device: torch.device) -> dict:
-    """The deterministic evaluation the score comes from, with each episode's first observation and return,
-    so it can be replayed without dask_podracer (e.g. in gymnasium from the same initial states)."""
+    """The deterministic evaluation the score comes from, as a segment scores (train/evaluate.py), with each
+    episode's first observation, return and score (its return, or the env's own `episode_score`: a trading
+    env's Sharpe ratio), so it can be replayed without dask_podracer (e.g. in gymnasium from the same initial
+    states). `env_kwargs` are those of the env that scored the checkpoint."""
     env = make_vec_env(env_name, episodes, device=device, seed=seed, **env_kwargs)
-    obs, _ = env.reset(seed=seed)
-    first = obs.cpu()
-    returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)
-    running = torch.ones(episodes, dtype=torch.bool, device=env.device)
-    for _ in range(env.max_episode_steps):
-        obs, reward, terminated, truncated, _ = env.step(agent.act(obs, deterministic=True))
-        if reward.dim() > 1:  # a team's reward per agent: its score is the mean over agents (train/evaluate.py)
-            reward = reward.mean(-1)
-        returns += reward.double() * running
-        running &= ~(terminated | truncated)
-    return {"seed": seed, "episodes": episodes, "device": str(env.device), "score": float(returns.mean()),
-            "returns": returns.tolist(), "initial_observations": first.tolist(),
-            "max_episode_steps": env.max_episode_steps}
+    first = env.reset(seed=seed)[0].cpu()  # what the evaluation's own reset, with this seed, starts from
+    returns, scores = episode_returns_and_scores(agent, env, seed)
+    return {"seed": seed, "episodes": episodes, "device": str(env.device), "env_kwargs": env_kwargs,
+            "score": float(scores.mean()), "returns": returns.tolist(), "scores": scores.tolist(),
+            "initial_observations": first.tolist(), "max_episode_steps": env.max_episode_steps}
 
 
 GYMNASIUM_TWINS = {"Pendulum-v1", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"}

@@ -34,7 +34,7 @@ from dask_podracer.population.tournament import (BudgetReached, CapacityChanged,
                                                  SegmentRecovered, Stop, Tournament, Train, segment_spec)
 from dask_podracer.store import ChecksumError, PodracerStore, StoreError
 from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
-from dask_podracer.tracking import Trackers, open_trackers
+from dask_podracer.tracking import Trackers, open_trackers, state_origin
 from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,14 @@ class _Loop:
         self.queue = as_completed(with_results=True, raise_errors=False)
         self.started = time.monotonic()
         self.started_at = time.time()  # the wall-clock date, for `podracer status`
+        # the date of the run's second 0, recorded and kept by every invocation after the first: a point of the
+        # TensorBoard and MLflow logs is at origin + its wall_seconds, live or exported from the store later
+        # (`podracer tensorboard`), however long the gaps between invocations were
+        if self.trackers.writers:  # opened on this store's state (tracking.run_origin): their dates
+            self.origin = self.trackers.origin
+        else:
+            recorded = state_origin(saved)
+            self.origin = self.started_at if recorded is None else recorded
         self.completed = self.failed = self.env_steps = 0
         self.last_error: str | None = None
         self.curve: list[dict[str, Any]] = []
@@ -429,7 +437,7 @@ class _Loop:
             "leg": {"budget_spent": self._budget_spent(), "segments": self.machine.completed_now},
             "retention": {"on": retention.retention, "keep_per_agent": retention.keep_per_agent},
             # dates (Unix seconds): a state not finished and not stopped, written recently, is a run going now
-            "invocation_started_at": self.started_at, "written_at": time.time(),
+            "invocation_started_at": self.started_at, "written_at": time.time(), "origin": self.origin,
             "heartbeat_seconds": HEARTBEAT_SECONDS,
             # what `podracer status` and `podracer tensorboard` know of the config that ran it
             "name": self.config.run.name, "budget_seconds": self.config.run.budget_seconds,

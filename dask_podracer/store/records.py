@@ -35,6 +35,8 @@ class CheckpointAttrs(TypedDict):
     env: str
     """The env's name, as `make_vec_env` takes it."""
     env_kwargs: NotRequired[dict[str, Any]]
+    eval_env_kwargs: NotRequired[dict[str, Any]]
+    """What the env that scored it was built with on top of `env_kwargs` (`run.eval_env_kwargs`), when any."""
     hparams: dict[str, Any]
     parent: str | None
     generation: int

@@ -29,7 +29,7 @@ from dask_podracer.tracking.errors import TrackingError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Trackers", "TrackingError", "default_run_name", "open_trackers", "run_origin"]
+__all__ = ["Trackers", "TrackingError", "default_run_name", "open_trackers", "run_origin", "state_origin"]
 
 
 class Writer(Protocol):
@@ -122,18 +122,29 @@ def open_trackers(logging: LoggingConfig, run_name: str, store_url: str, *, orig
 
 
 def run_origin(store_url: str) -> float:
-    """The Unix date of the run's second 0: the run state's last write date less its `wall_seconds`; now, for
-    a store that has no state yet (a new run) or none that says when it was written (an older store)."""
+    """The Unix date of the run's second 0 (`state_origin` of the store's run state); now, for a store that has
+    no state yet (a new run) or none that says when it was written (an older store)."""
     from dask_podracer.store import PodracerStore, StoreError
 
     try:
         if PodracerStore.exists(store_url):
-            state = PodracerStore(store_url).read_run_state()
-            if isinstance(state.get("written_at"), (int, float)):
-                return float(state["written_at"]) - float(state.get("wall_seconds") or 0.0)
+            origin = state_origin(PodracerStore(store_url).read_run_state())
+            if origin is not None:
+                return origin
     except (StoreError, OSError, ValueError):
         pass
     return time.time()
+
+
+def state_origin(state: Mapping[str, Any]) -> float | None:
+    """The Unix date of the run's second 0 that a run state records: its `origin`, kept from the first
+    invocation on; in a state written before that was recorded, its last write date less its `wall_seconds`
+    (which moves on by every gap between invocations). None when the state says neither."""
+    if isinstance(state.get("origin"), (int, float)):
+        return float(state["origin"])
+    if isinstance(state.get("written_at"), (int, float)):
+        return float(state["written_at"]) - float(state.get("wall_seconds") or 0.0)
+    return None
 
 
 def default_run_name(store_url: str) -> str:

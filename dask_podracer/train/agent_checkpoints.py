@@ -29,8 +29,15 @@ def result_from_attrs(key: str, attrs: CheckpointAttrs, device: str | None = Non
         score=attrs["score"], segment_env_steps=attrs["segment_env_steps"], lineage_env_steps=attrs["env_steps"],
         train_seconds=0.0, eval_seconds=0.0, generation=attrs["generation"], device=device or "",
         metrics=attrs.get("metrics", {}), score_stderr=attrs.get("score_stderr", 0.0),
-        env_kwargs=attrs.get("env_kwargs", {}),
+        env_kwargs=attrs.get("env_kwargs", {}), eval_env_kwargs=attrs.get("eval_env_kwargs", {}),
     )
+
+
+def evaluation_env_kwargs(attrs: CheckpointAttrs) -> dict:
+    """The keyword arguments of the env a checkpoint's score came from: its env's, and on top of them its
+    evaluation env's (`run.eval_env_kwargs`: a trading agent is scored on another period than it trains on).
+    A checkpoint written before they were recorded gives only its env's."""
+    return {**attrs.get("env_kwargs", {}), **attrs.get("eval_env_kwargs", {})}
 
 
 def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResult, seed: int,
@@ -38,7 +45,7 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
     """Save `agent` under `key`. With `replay_base`, only the newest `own_rows` replay rows are stored and
     the older ones by reference to that checkpoint's buffer (`"replay_base": {"key", "rows"}`)."""
     state = agent.state_dict()
-    extra: dict = {}
+    extra: dict = {"eval_env_kwargs": result.eval_env_kwargs} if result.eval_env_kwargs else {}
     if replay_base is not None and REPLAY in state:
         replay = state[REPLAY]
         total = _rows(replay)

@@ -13,7 +13,6 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> float:
     return float(episode_scores(agent, env, seed).mean())
 
 
-@torch.no_grad()
 def episode_scores(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
     """The score of the first episode of every env in `env` (float64 `[num_envs]`), acting deterministically.
 
@@ -21,6 +20,13 @@ def episode_scores(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
     that, as of the step the episode ended (or the last step played, for one still running at the step limit).
     A multi-agent env's rewards `[num_envs, n_agents]` score the team: the mean over agents of each agent's
     return, as its `info["episode_return"]` (envs/multi_agent/base.py)."""
+    return episode_returns_and_scores(agent, env, seed)[1]
+
+
+@torch.no_grad()
+def episode_returns_and_scores(agent: Agent, env: VecEnv, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The return and the score (as `episode_scores`) of the first episode of every env in `env`: the same
+    tensor twice where the env reports no scores of its own."""
     obs, _ = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
     scores: torch.Tensor | None = None  # the env's own scores, once it reports any
@@ -35,4 +41,4 @@ def episode_scores(agent: Agent, env: VecEnv, seed: int) -> torch.Tensor:
         running &= ~(terminated | truncated)
         if not bool(running.any()):
             break
-    return returns if scores is None else scores
+    return returns, returns if scores is None else scores

@@ -105,6 +105,7 @@ def run_segment(spec: SegmentSpec, actors: ActorLauncher | None = None,
         score=score, segment_env_steps=steps, lineage_env_steps=lineage_steps + steps, train_seconds=train_seconds,
         eval_seconds=eval_seconds, generation=spec.generation, device=str(device), metrics=metrics,
         score_stderr=score_stderr, env_kwargs=dict(spec.env_kwargs),
+        eval_env_kwargs=dict(spec.eval_env_kwargs),
     )
     # one replay row per env step: the newest `steps` rows are this segment's own
     save_agent(store, spec.key, agent, result, seed=spec.seed,

@@ -120,7 +120,7 @@ class SegmentResult:
     env: str
     hparams: dict[str, Any]
     score: float
-    """Mean return of the evaluation episodes."""
+    """Mean score of the evaluation episodes: each one's return, or the env's own `info["episode_score"]`."""
     segment_env_steps: int
     """Env steps this segment trained for."""
     lineage_env_steps: int
@@ -136,6 +136,8 @@ class SegmentResult:
     number (0 for results from before it was recorded)."""
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments the env was built with."""
+    eval_env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments the evaluation env was built with on top of `env_kwargs`: the score's env."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
