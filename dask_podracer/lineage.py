@@ -20,9 +20,10 @@ def family_tree(history: Sequence[HistoryRecord], key: str, stored: Collection[s
     records = {r["key"]: r for r in history if r.get("status") == "finished"}
     if key not in records:
         raise KeyError(f"no finished segment {key!r} in this store's history")
-    chain = [key]
-    while (parent := records[chain[-1]].get("parent")) in records:
-        chain.append(parent)
+    chain, seen = [key], {key}
+    while (parent := records[chain[-1]].get("parent")) in records and parent not in seen:  # (a damaged history
+        chain.append(parent)                                                                 # could loop)
+        seen.add(parent)
     chain.reverse()
     children: dict[str, list[str]] = {}
     for r in records.values():
@@ -36,14 +37,18 @@ def family_tree(history: Sequence[HistoryRecord], key: str, stored: Collection[s
     for depth, k in enumerate(chain):
         lines.append(_line(records, k, "    " * max(depth - 1, 0) + ("└── " if depth else ""), k == key, stored))
 
-    def descend(k: str, prefix: str) -> None:
-        kids = sorted(children.get(k, []), key=lambda c: records[c]["key"])
-        for i, child in enumerate(kids):
-            last = i == len(kids) - 1
-            lines.append(_line(records, child, prefix + ("└── " if last else "├── "), False, stored))
-            descend(child, prefix + ("    " if last else "│   "))
+    # depth first, with a stack of its own: a line a thousand segments long is deeper than Python's recursion limit
+    pending: list[tuple[str, str, bool]] = []  # (key, its parent's prefix, last of its siblings), next on top
 
-    descend(key, "    " * (len(chain) - 1))
+    def push_children(k: str, prefix: str) -> None:
+        kids = sorted(children.get(k, []))
+        pending.extend((child, prefix, i == len(kids) - 1) for i, child in reversed(list(enumerate(kids))))
+
+    push_children(key, "    " * (len(chain) - 1))
+    while pending:
+        child, prefix, last = pending.pop()
+        lines.append(_line(records, child, prefix + ("└── " if last else "├── "), False, stored))
+        push_children(child, prefix + ("    " if last else "│   "))
     return "\n".join(lines)
 
 

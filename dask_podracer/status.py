@@ -48,7 +48,8 @@ class StoreStatus:
     """The run's budget, where the run state records it."""
     max_segments: int | None
     last_error: dict[str, Any] | None
-    """The last failed segment: key, agent, error, wall_seconds (of run time), date."""
+    """The last failed segment: key, agent, error, wall_seconds (of run time), date (None when an earlier invocation
+    recorded it, or the state records no dates: run time skips the gaps between invocations)."""
     heartbeat_seconds: float = DEFAULT_HEARTBEAT
     config: str | None = None
     """The config file of the last invocation, then its `--set` changes (`x.toml with --set hparams.gamma=0.9`),
@@ -71,12 +72,17 @@ def store_status(state: Mapping[str, Any], board: Sequence[LeaderboardEntry], hi
     now = time.time() if now is None else now
     counts = {s: sum(r.get("status") == s for r in history) for s in ("finished", "failed", "cancelled")}
     failed = [r for r in history if r.get("status") == "failed"]
-    written = _number(state.get("written_at"))
+    written, started = _number(state.get("written_at")), _number(state.get("invocation_started_at"))
     run_seconds = float(state.get("wall_seconds") or 0.0)
     last_error = None
     if failed:
         r = failed[-1]
-        date = written - run_seconds + float(r.get("wall_seconds") or 0.0) if written is not None else None
+        # a record's wall_seconds is run time, which skips the gaps between invocations: it dates a record of the
+        # invocation that wrote the state (run time since its start, after the earlier invocations' `offset`), not
+        # one of an earlier invocation, which is shown at its run time instead
+        offset = run_seconds - (written - started) if written is not None and started is not None else None
+        seconds = float(r.get("wall_seconds") or 0.0)
+        date = written - run_seconds + seconds if offset is not None and seconds > offset + 1e-3 else None
         last_error = {"key": r.get("key"), "agent": r.get("agent"), "error": r.get("error"),
                       "wall_seconds": r.get("wall_seconds"), "date": date}
     leg = state.get("leg") or {}
@@ -126,7 +132,8 @@ def format_status(s: StoreStatus) -> str:
     lines.append(("env steps", f"{s.env_steps:,}"))
     if s.last_error:
         e = s.last_error
-        when = f"{_ago(s.checked_at - e['date'])} ago" if e.get("date") else f"at {_duration(e['wall_seconds'] or 0)}"
+        when = (f"{_ago(s.checked_at - e['date'])} ago" if e.get("date")
+                else f"at {_duration(e['wall_seconds'] or 0)} of run time")
         lines.append(("last error", f"{e['error']}  ({e['key']}, agent {e['agent']}, {when})"))
     else:
         lines.append(("last error", "none"))

@@ -52,3 +52,17 @@ def test_cli_lineage(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "lineage", store.url, "zz"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no finished segment 'zz'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_family_tree_of_a_line_longer_than_the_recursion_limit():
+    history = [{"key": f"k{i:04d}", "parent": f"k{i - 1:04d}" if i else None, "status": "finished", "score": -1.0,
+                "generation": i, "agent": 0, "hparams": {}} for i in range(1500)]
+    lines = family_tree(history, "k0000").splitlines()  # a pool of one agent, 1,500 segments
+    assert len(lines) == 1500 and lines[0].endswith("◀") and lines[-1].strip().startswith("└── k1499")
+    # branches keep their order: each child's subtree before its next sibling
+    history += [{"key": "k0000b", "parent": "k0000", "status": "finished", "score": -2.0, "agent": 1, "hparams": {}},
+                {"key": "k0000c", "parent": "k0000b", "status": "finished", "score": -3.0, "agent": 1, "hparams": {}}]
+    tree = family_tree(history[:3] + history[-2:], "k0000").splitlines()
+    assert [next(w for w in line.split() if w.startswith("k0")) for line in tree] == [
+        "k0000", "k0000b", "k0000c", "k0001", "k0002"]  # children sorted by key, each one's subtree first
+    assert tree[1].startswith("├── k0000b") and tree[2].startswith("│   └── k0000c") and tree[3].startswith("└── k0001")

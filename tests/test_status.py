@@ -125,3 +125,23 @@ def test_status_of_a_running_then_a_finished_store(cpu_client, tmp_path, capsys)
     assert 0 < done["budget_spent"] <= time.time() - started
     assert main(["status", str(store_path)]) == 0
     assert "finished (max_segments)" in capsys.readouterr().out
+
+
+def failure(key: str, wall: float) -> dict:
+    return {"key": key, "agent": 0, "group": "sac", "parent": None, "status": "failed", "wall_seconds": wall,
+            "score": None, "segment_env_steps": 0, "error": "SegmentError: boom"}
+
+
+def test_status_does_not_date_an_error_of_an_earlier_invocation_by_run_time():
+    # the error came 100 s into the first invocation; a day later the second one has run 50 s (run time 250 s)
+    state = {"finished": False, "written_at": NOW, "invocation_started_at": NOW - 50.0, "wall_seconds": 250.0,
+             "invocations": 2, "heartbeat_seconds": 30.0, "leg": {"budget_spent": 50.0, "segments": 0}}
+    earlier = [failure("s1", 100.0)]
+    status = store_status(state, [], earlier, "/s.zarr", now=NOW)
+    assert status.last_error["date"] is None  # run time skips the day between the invocations: no date from it
+    assert format_status(status).splitlines()[-1] == ("last error SegmentError: boom  (s1, agent 0, at 1m 40s of "
+                                                      "run time)")
+    # one of the invocation that wrote the state is dated as before
+    status = store_status(state, [], [*earlier, failure("s2", 230.0)], "/s.zarr", now=NOW + 5.0)
+    assert status.last_error["date"] == NOW - 20.0
+    assert format_status(status).splitlines()[-1].endswith("(s2, agent 0, 25.0s ago)")

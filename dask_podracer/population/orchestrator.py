@@ -24,7 +24,8 @@ from distributed.comm.core import CommClosedError
 from dask_podracer.config import Config, ConfigError
 from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.connect import TLSFiles, connect, embedded_client
-from dask_podracer.population.retention import Holders, ReplaySources, checkpoints_to_keep, collect, own_lines
+from dask_podracer.population.retention import (Holders, ReplaySources, checkpoints_to_keep, collect,
+                                                 missed_records, own_lines)
 from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.task_keys import segment_key, task_key
@@ -158,15 +159,23 @@ class _Loop:
         self.on_progress = on_progress or (lambda progress: None)
         self.segment_fn, self.poll_seconds = segment_fn, poll_seconds
         saved = self.store.read_run_state()
-        self.wall_offset = float(saved.get("wall_seconds", 0.0))  # time spent by earlier invocations
+        self.history = self.store.read_history()  # read once: `_recover` goes through it too
+        self.history_written = len(self.history)  # records in the store: the run state says how many it knew of
+        # The state is written at most every STATE_SECONDS, the history every second: a client killed in between
+        # leaves records the state never counted (`missed`), whose time, segments and results are added here.
+        self.missed = missed_records(saved, self.history)
+        saved_wall = float(saved.get("wall_seconds", 0.0))
+        newest = max((float(r.get("wall_seconds") or 0.0) for r in self.missed), default=saved_wall)
+        self.wall_offset = max(saved_wall, newest)  # time spent by earlier invocations
         self.invocations = int(saved.get("invocations", 0)) + 1
         # An invocation that was cut off (killed client, lost scheduler) is continued, not restarted:
         # its budget and segment count go on from what it had spent.
         leg = saved.get("leg", {}) if saved and not saved.get("finished", False) else {}
-        self.spent_before = float(leg.get("budget_spent", 0.0))
         self.continued = bool(leg)
+        missed_ended = sum(r.get("status") in ("finished", "failed") for r in self.missed)
+        self.spent_before = float(leg.get("budget_spent", 0.0)) + (self.wall_offset - saved_wall if leg else 0.0)
         self.machine = Tournament(config, self.store.read_leaderboard(), saved.get("machine"),
-                                  completed_before=int(leg.get("segments", 0)))
+                                  completed_before=int(leg.get("segments", 0)) + (missed_ended if leg else 0))
         self.futures: dict[str, tuple[Future, Train]] = {}
         # with_results: the queue gathers each result as its future finishes, in the background,
         # instead of one blocking round trip per `future.result()` in this loop
@@ -227,9 +236,10 @@ class _Loop:
         """Record the checkpoints that no history record names: segments that finished after an earlier
         invocation last wrote its tables (or after its client died). Workers publish checkpoints whole
         themselves, so these are complete results; only their bookkeeping was lost."""
-        history = self.store.read_history()
+        history, self.history = self.history, []
         recorded = {r["key"] for r in history}
         self.lines = own_lines(history)
+        self._catch_up(self.missed)
         # a quarantined checkpoint is kept for inspection: retention never deletes it
         self.checkpoints = {key for key in self.store.checkpoint_keys() if not self.store.is_quarantined(key)}
         for key in sorted(self.checkpoints):
@@ -253,6 +263,31 @@ class _Loop:
                                   result.generation, result.hparams, result, None, instructions)
             record["recovered"] = True
             self._carry_out(instructions)
+
+    def _catch_up(self, missed: list[HistoryRecord]) -> None:
+        """Give the machine the segments the history recorded after the saved state was written (a client killed
+        within STATE_SECONDS of its last results): counted, ranked (a no-op for an entry the board holds), and each
+        one's agent, which the state still has training it, continues from it. Never recorded again."""
+        for record in missed:
+            key, status = record["key"], record.get("status")
+            if status == "failed":
+                self.machine.counters["segments_failed"] += 1
+            if status != "finished":
+                continue
+            try:
+                attrs = self.store.load_checkpoint(key).attrs
+            except StoreError:  # quarantined or damaged since: counted, continued from by no agent
+                self.machine.counters["segments_completed"] += 1
+                self.machine.counters["env_steps"] += int(record.get("segment_env_steps") or 0)
+                continue
+            result = result_from_attrs(key, attrs, device=attrs.get("device"))
+            agent_id = self.machine.in_flight.pop(key, None)
+            agent = self.machine.agents.get(record.get("agent"))  # or its agent trained on from the one before
+            if agent_id is None and agent is not None and agent.checkpoint is not None \
+                    and agent.checkpoint == result.parent:
+                agent_id = agent.id
+            # resumed=False: the leg's count already holds it (see __init__)
+            self._carry_out(self.machine.handle(SegmentRecovered(agent_id, result, resumed=False)))
 
     def _next_batch(self, timeout: float) -> list[tuple[Future, Any]]:
         """Whatever finished, waiting at most `timeout` seconds for something to (as_completed, with a tick)."""
@@ -419,6 +454,7 @@ class _Loop:
     def _write_tables(self) -> None:
         self.dirty, self.flushed = False, time.monotonic()
         self.store.extend_history(self.unwritten_history)
+        self.history_written += len(self.unwritten_history)
         self.trackers.record(self.unwritten_history)  # returns at once: a background thread writes them
         self.unwritten_history = []
         if self.board_changed:
@@ -439,6 +475,7 @@ class _Loop:
             # dates (Unix seconds): a state not finished and not stopped, written recently, is a run going now
             "invocation_started_at": self.started_at, "written_at": time.time(), "origin": self.origin,
             "heartbeat_seconds": HEARTBEAT_SECONDS,
+            "history_records": self.history_written,  # a resume counts the records after these (`missed`)
             # what `podracer status` and `podracer tensorboard` know of the config that ran it
             "name": self.config.run.name, "budget_seconds": self.config.run.budget_seconds,
             "max_segments": self.config.run.max_segments,

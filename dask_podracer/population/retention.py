@@ -6,6 +6,9 @@ A checkpoint is kept while it can still matter, and deleted once it cannot:
 - it is an agent's latest, live or retired (a retired agent comes back when the pool grows);
 - it is one of the newest `keep_per_agent` of a live agent's own segments;
 - it is pinned (an exported champion, or one a user chose);
+- no history record names it yet, or only one written after the run state: a segment that finished after the
+  last table write (or after its client died), which the next run records and continues from (`podracer gc`
+  only: a run records these first);
 - a kept checkpoint reads replay rows from it (`tournament.replay = "share"`).
 
 The rule is a pure function of those facts (`checkpoints_to_keep`), used by the orchestrator as a run
@@ -36,12 +39,15 @@ class Holders:
     live_lines: Mapping[int, Sequence[str]]
     """Each live agent's own checkpoints (the segments it trained), oldest first."""
     pinned: frozenset[str]
+    unrecorded: frozenset[str] = frozenset()
+    """At rest: published checkpoints no history record names, or named only by records written after the run
+    state: the next run recovers them, and moves their agents on to them."""
 
 
 def checkpoints_to_keep(holders: Holders, keep_per_agent: int, sources: Callable[[str], Iterable[str]]) -> set[str]:
     """The keys the store must keep: everything that holds one, and what those read their replay rows from
     (`sources(key)`: the checkpoints `key`'s shared buffer refers to)."""
-    kept = set(holders.board | holders.in_flight_parents | holders.agent_latest | holders.pinned)
+    kept = set(holders.board | holders.in_flight_parents | holders.agent_latest | holders.pinned | holders.unrecorded)
     for line in holders.live_lines.values():
         kept.update(line[-keep_per_agent:])
     for key in list(kept):
@@ -56,6 +62,19 @@ def own_lines(history: Iterable[Mapping[str, Any]]) -> dict[int, list[str]]:
         if record.get("status") == "finished" and record.get("agent") is not None:
             lines.setdefault(int(record["agent"]), []).append(record["key"])
     return lines
+
+
+def missed_records(saved: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The history records written after the run state `saved` (the history is written every second, the state
+    every few: a client killed in between leaves them): those past the count it records, or (a state written before
+    it recorded one) those of a later run time than its own."""
+    known = saved.get("history_records")
+    if isinstance(known, int) and not isinstance(known, bool):
+        return list(history[known:])
+    if not isinstance(saved.get("wall_seconds"), (int, float)):  # no state, or one too old to tell
+        return []
+    wall = float(saved["wall_seconds"])
+    return [r for r in history if float(r.get("wall_seconds") or 0.0) > wall]
 
 
 class ReplaySources:
@@ -82,14 +101,22 @@ class ReplaySources:
 
 def holders_at_rest(store: PodracerStore) -> Holders:
     """What holds checkpoints in a store no run is using, from its tables: the run state's agents (the segments
-    they were running are lost, and their parents are those agents' latest), the board, the history, the pins."""
-    agents = (store.read_run_state().get("machine") or {}).get("agents", [])
-    lines = own_lines(store.read_history())
+    they were running are lost, and their parents are those agents' latest), the board, the history, the pins; and
+    the published checkpoints no history record names, which the next run recovers (a client killed between a
+    segment's end and its next table write leaves them), and those the history recorded after the state was written
+    (the next run moves their agents on to them); with what they all read their replay rows from."""
+    state = store.read_run_state()
+    agents = (state.get("machine") or {}).get("agents", [])
+    history = store.read_history()
+    lines = own_lines(history)
+    recorded = {r.get("key") for r in history}
+    recorded_late = {r["key"] for r in missed_records(state, history) if r.get("status") == "finished"}
     live = {int(a["id"]) for a in agents if a.get("active", True)}
     return Holders(board=frozenset(e["key"] for e in store.read_leaderboard()), in_flight_parents=frozenset(),
                    agent_latest=frozenset(a["checkpoint"] for a in agents if a.get("checkpoint")),
                    live_lines={agent: line for agent, line in lines.items() if agent in live},
-                   pinned=frozenset(store.pinned()))
+                   pinned=frozenset(store.pinned()),
+                   unrecorded=frozenset(k for k in store.checkpoint_keys() if k not in recorded) | recorded_late)
 
 
 @dataclasses.dataclass(frozen=True)

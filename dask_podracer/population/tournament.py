@@ -265,7 +265,10 @@ class Tournament:
         """Record a result an earlier invocation never saw; the agent (if known) continues from it."""
         result = event.result
         agent = self.agents.get(event.agent) if event.agent is not None else None
-        if agent is not None and agent.checkpoint == result.parent:  # its newest checkpoint, not an older branch
+        # the saved state had the agent training this very segment (`in_flight`), so the result is its newest
+        # checkpoint whatever it started from: its own, an adopted entry or fresh networks (the state already holds
+        # the segment's hyper-parameters and line count)
+        if agent is not None:
             self._advance(agent, result)
         group = agent.group if agent is not None else self._group_of(result.algorithm)
         self.counters["segments_completed"] += 1
