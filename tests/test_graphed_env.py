@@ -131,3 +131,34 @@ def test_graphed_outputs_are_not_overwritten_by_the_next_step():
     kept = first[0].clone()
     env.step(action)
     torch.testing.assert_close(first[0], kept, rtol=0, atol=0)
+
+
+class _EagerGraph:
+    """Stands for a captured CUDA graph on the CPU: a replay runs the pinned step eagerly."""
+
+    def __init__(self, env: GraphedStepEnv) -> None:
+        self.env = env
+
+    def replay(self) -> None:
+        self.env._outputs = self.env.pinned_step(self.env._actions)
+
+
+def test_a_tensor_attribute_the_graph_has_not_seen_is_captured_again(monkeypatch):
+    """pin_state drops the graph when it pins a new tensor (or one rebound with another shape or dtype); step used
+    to check for a graph before pinning, and then replayed None (AttributeError) instead of capturing again."""
+    def capture(self, actions):
+        self.pin_state()
+        self._actions = actions.clone()
+        self._graph = _EagerGraph(self)
+        self.captures += 1
+
+    monkeypatch.setattr(GraphedStepEnv, "_capture", capture)
+    env = GraphedStepEnv(make_vec_env("Pendulum-v1", 3, seed=0))
+    env.reset(seed=0)
+    env.step(torch.zeros(3, 1))
+    env.env.extra = torch.zeros(3)  # e.g. state an env creates lazily
+    env.step(torch.zeros(3, 1))
+    assert env.captures == 2 and env.env.extra is env._pinned["extra"]
+    env.env.theta = env.env.theta.double()  # rebound with another dtype
+    env.step(torch.zeros(3, 1))
+    assert env.captures == 3

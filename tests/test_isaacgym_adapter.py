@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from dask_podracer.envs.checker import check_vec_env
+from dask_podracer.envs.checker import VecEnvCheckError, check_vec_env
 from dask_podracer.envs.isaacgym import IsaacGymVecEnv
 from dask_podracer.envs.pendulum import PendulumVecEnv
 
@@ -191,3 +191,46 @@ def test_without_recomputing_a_task_like_ant_hands_back_the_stale_final_obs():
     done = terminated | truncated
     assert done.any()
     assert torch.equal(obs[done], info["final_obs"][done])
+
+
+def test_the_isaac_gym_adapter_hands_out_a_reward_its_task_does_not_rewrite():
+    """A VecTask returns its rew_buf itself when the sim and rl devices agree; the adapter returned it as the step's
+    reward, so the next step overwrote the reward a caller had kept."""
+    env = IsaacGymVecEnv(PendulumTask(4))
+    env.reset(seed=0)
+    _, first, *_ = env.step(torch.ones(4, 1))
+    kept = first.clone()
+    env.step(-torch.ones(4, 1))
+    assert torch.equal(first, kept)
+
+
+class _AliasedReward(IsaacGymVecEnv):
+    """The adapter as it was: the reward is the task's buffer."""
+
+    def step(self, actions):
+        obs, _, terminated, truncated, info = super().step(actions)
+        return obs, self.task.rew_buf, terminated, truncated, info
+
+
+def test_the_checker_rejects_outputs_that_the_next_step_rewrites():
+    with pytest.raises(VecEnvCheckError, match="reward step 0 returned changed when the env stepped again"):
+        check_vec_env(_AliasedReward(PendulumTask(6)))
+
+
+def test_the_checkers_seeding_replays_compare_every_step_not_only_the_last_values_of_a_buffer():
+    """An env whose first reward does not repeat, handed out in a buffer it rewrites: the replays kept references,
+    so they compared the buffer's last values only and the seeding rule passed."""
+    class NoisyFirstStep(_AliasedReward):
+        def reset(self, *, seed=None):
+            self.steps = 0
+            return super().reset(seed=seed)
+
+        def step(self, actions):
+            out = super().step(actions)
+            self.steps += 1
+            if self.steps == 1:  # from OS entropy: not repeatable; the next step rewrites the buffer
+                self.task.rew_buf += torch.from_numpy(np.random.default_rng().random(self.num_envs)).float()
+            return out
+
+    with pytest.raises(VecEnvCheckError, match="did not repeat"):
+        check_vec_env(NoisyFirstStep(PendulumTask(6)))

@@ -270,3 +270,20 @@ def test_shuffled_assets_are_one_order_per_episode_for_observations_and_actions_
     validation = make_vec_env("StockTrading-v0", 2, shuffle_assets=True, period="validation", **kwargs)
     validation.reset(seed=0)
     assert torch.equal(validation.order, torch.arange(5).expand(2, 5))  # scored in the market's own order
+
+
+def test_turbulence_is_observed_relative_to_the_threshold_even_when_it_does_not_liquidate():
+    """`turbulence = false` divided the index by 1 instead of the threshold: the last observation entry was the raw
+    index clipped at 10 (10 on most days of a 10-asset market), unlike docs/trading.md's turbulence / threshold."""
+    kwargs = {"assets": 10, "days": 600}
+    on = make_vec_env("StockTrading-v0", 4, seed=0, **kwargs)
+    off = make_vec_env("StockTrading-v0", 4, seed=0, turbulence=False, **kwargs)
+    assert off.turbulence_threshold == float("inf")  # never liquidates
+    obs_on, _ = on.reset(seed=0)
+    obs_off, _ = off.reset(seed=0)
+    for _ in range(50):  # no trades: liquidation changes nothing, so the observations must agree
+        assert torch.equal(obs_on, obs_off)
+        expected = np.minimum(off.market.turbulence[off.day.numpy()] / on.turbulence_threshold, 10.0)
+        np.testing.assert_allclose(obs_off[:, -1].numpy(), expected, rtol=1e-6)
+        obs_on, *_ = on.step(torch.zeros(4, 10))
+        obs_off, *_ = off.step(torch.zeros(4, 10))

@@ -6,7 +6,8 @@ seeded runs repeat each other through every env's first auto-reset); every step'
 shapes, dtypes and device; the auto-reset contract (`final_obs` equals `obs` where
 nothing ended and differs from it where something did, equals what the dynamics led to
 where the env can be copied, the clock restarts, episode statistics add up, truncation
-only at the time limit and never together with termination).
+only at the time limit and never together with termination); and what a step hands out (obs, reward, flags,
+`final_obs`, episode statistics) stays as it was when the env steps again.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def replay_trace(env: VecEnv, act: Policy, seed: int, limit: int) -> list[Tensor
     trace, finished = [obs], torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     for _ in range(limit):
         obs, reward, terminated, truncated, info = env.step(act(obs))
-        trace += [obs, reward, terminated, truncated, info["final_obs"]]
+        # copies: an env that hands out a buffer it rewrites at the next step must not compare only its last values
+        trace += [x.clone() for x in (obs, reward, terminated, truncated, info["final_obs"])]
         finished |= terminated | truncated
         if bool(finished.all()):
             break
@@ -140,6 +142,7 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
     ret = torch.zeros(n, dtype=torch.float64)
     finished = torch.zeros(n, dtype=torch.bool)
     terminations = truncations = steps = 0
+    handed_out: list[tuple[str, Tensor, Tensor]] = []  # the previous step's outputs, and copies of them
     for t in range(limit):
         actions = act(obs)
         _require(tuple(actions.shape) == ((n,) if discrete else (n, *env.single_action_space.shape)), env,
@@ -155,6 +158,12 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
                            ("episode_length", torch.int64)):
             _require(key in info, env, f"step info has no {key!r}")
             _check_tensor(env, f"info[{key!r}]", info[key], obs_shape if key == "final_obs" else (n,), dtype)
+        for name, kept, copy_ in handed_out:
+            _require(torch.equal(kept, copy_), env, f"step {t}: the {name} step {t - 1} returned changed when the env "
+                     "stepped again; a step must hand out tensors it does not rewrite later (copies of its buffers)")
+        handed_out = [(name, x, x.clone()) for name, x in (
+            ("obs", obs), ("reward", reward), ("terminated", terminated), ("truncated", truncated),
+            *((f"info[{key!r}]", info[key]) for key in ("final_obs", "episode_return", "episode_length")))]
         term, trunc = terminated.cpu(), truncated.cpu()
         done = term | trunc
         _require(not bool((term & trunc).any()), env, f"step {t}: an env is both terminated and truncated")

@@ -68,9 +68,11 @@ class GraphedStepEnv(VecEnvWrapper):
         if self.env._needs_reset:
             return self.env.step(actions)  # which refuses, as the env says
         actions = torch.as_tensor(actions, device=self.device)
+        # Pin first: a tensor attribute the graph has not seen (new, or rebound with another shape or dtype since the
+        # last step) is pinned afresh and drops the graph, which must then be captured again before it can replay.
+        self.pin_state()
         if self._graph is None or actions.shape != self._actions.shape or actions.dtype != self._actions.dtype:
             self._capture(actions)
-        self.pin_state()
         self._actions.copy_(actions)
         self._graph.replay()
         self.replays += 1

@@ -111,7 +111,8 @@ class IsaacGymVecEnv:
         done = reset_buf.to(self.device) != 0
         truncated = self._time_outs(extras, done)  # read before reset_done zeroes progress_buf
         terminated = done & ~truncated
-        reward = reward.to(self.device, torch.float32)
+        # a copy: a VecTask returns its rew_buf itself (when sim and rl devices agree), which its next step overwrites
+        reward = reward.to(self.device, torch.float32).clone()
         final_obs = obs_dict["obs"].to(self.device, torch.float32).clone()
         info: dict[str, Any] = {
             "final_obs": final_obs,

@@ -105,9 +105,11 @@ class StockTradingVecEnv(TorchVecEnv):
         on = {"device": self.device}
         self._close = torch.as_tensor(market.close, dtype=torch.float64, **on)
         self._features = torch.as_tensor(market.features.reshape(market.num_dates, 5 * n), **on)
-        scale = self.turbulence_threshold if math.isfinite(self.turbulence_threshold) else 1.0
         self._turbulence = torch.as_tensor(market.turbulence, dtype=torch.float64, **on)
-        self._turbulence_obs = (self._turbulence / max(scale, 1e-12)).clamp(max=10.0).to(torch.float32)
+        # observed as turbulence / threshold whether or not it liquidates: `turbulence = false` changes the trades,
+        # not what the agent sees (divided by 1 instead, the index saturated the clip at 10 on most days)
+        scale = max(float(turbulence_threshold), 1e-12)
+        self._turbulence_obs = (self._turbulence / scale).clamp(max=10.0).to(torch.float32)
         self.day = torch.full((num_envs,), start, dtype=torch.int64, **on)
         self.cash = torch.full((num_envs,), self.initial_cash, dtype=torch.float64, **on)
         self.holdings = torch.zeros(num_envs, n, dtype=torch.float64, **on)
