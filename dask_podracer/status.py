@@ -90,7 +90,7 @@ def store_status(state: Mapping[str, Any], board: Sequence[LeaderboardEntry], hi
     if board:
         best = {k: board[0].get(k) for k in ("key", "score", "score_stderr", "env_steps", "group", "algorithm")}
     return StoreStatus(
-        store=store, state=_state(state, now), stop_reason=state.get("stop_reason"),
+        store=store, state=run_phase(state, now), stop_reason=state.get("stop_reason"),
         started_at=_number(state.get("invocation_started_at")), written_at=written, checked_at=now,
         invocations=int(state.get("invocations") or 0), run_seconds=run_seconds, best=best,
         finished=counts["finished"], failed=counts["failed"], cancelled=counts["cancelled"],
@@ -172,7 +172,9 @@ def _budget_line(s: StoreStatus) -> str:
     return line
 
 
-def _state(state: Mapping[str, Any], now: float) -> str:
+def run_phase(state: Mapping[str, Any], now: float) -> str:
+    """What a run state says of its run: new, finished, stopped, running (written within HEARTBEATS heartbeats)
+    or silent (its client stopped writing without ending: killed, or cut off from the store)."""
     if not state:
         return "new"
     if state.get("finished"):

@@ -8,6 +8,7 @@ import pytest
 
 from dask_podracer.cli import main
 from dask_podracer.config import config_from_dict
+from dask_podracer.population.run_lease import this_client
 from dask_podracer.status import format_status, store_status
 from dask_podracer.store import PodracerStore
 
@@ -108,6 +109,8 @@ def test_status_of_a_running_then_a_finished_store(cpu_client, tmp_path, capsys)
         time.sleep(0.2)
     assert started <= going["started_at"] <= going["written_at"] <= going["checked_at"]
     assert going["stop_reason"] is None and going["invocations"] == 1
+    # the state names its client, so a second `podracer train` on this store is refused (tests/test_run_lease.py)
+    assert PodracerStore(store_path).read_run_state()["client"] == this_client()
     assert main(["status", str(store_path)]) == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("run        RUNNING since ")
     run.join(timeout=120)

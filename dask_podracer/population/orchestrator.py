@@ -28,6 +28,7 @@ from dask_podracer.population.retention import (Holders, ReplaySources, checkpoi
                                                  missed_records, own_lines)
 from dask_podracer.population.preflight import check_constructs, check_resources, check_store_fits, check_workers
 from dask_podracer.population.monitor import PodracerPage
+from dask_podracer.population.run_lease import this_client
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Event,
@@ -182,6 +183,7 @@ class _Loop:
         self.queue = as_completed(with_results=True, raise_errors=False)
         self.started = time.monotonic()
         self.started_at = time.time()  # the wall-clock date, for `podracer status`
+        self.client_id = this_client()
         # the date of the run's second 0, recorded and kept by every invocation after the first: a point of the
         # TensorBoard and MLflow logs is at origin + its wall_seconds, live or exported from the store later
         # (`podracer tensorboard`), however long the gaps between invocations were
@@ -474,7 +476,7 @@ class _Loop:
             "retention": {"on": retention.retention, "keep_per_agent": retention.keep_per_agent},
             # dates (Unix seconds): a state not finished and not stopped, written recently, is a run going now
             "invocation_started_at": self.started_at, "written_at": time.time(), "origin": self.origin,
-            "heartbeat_seconds": HEARTBEAT_SECONDS,
+            "heartbeat_seconds": HEARTBEAT_SECONDS, "client": self.client_id,  # one run per store (run_lease.py)
             "history_records": self.history_written,  # a resume counts the records after these (`missed`)
             # what `podracer status` and `podracer tensorboard` know of the config that ran it
             "name": self.config.run.name, "budget_seconds": self.config.run.budget_seconds,

@@ -20,6 +20,7 @@ from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import same_env
 from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
+from dask_podracer.population.run_lease import check_no_run_going
 from dask_podracer.store import PodracerStore, StoreError
 
 
@@ -57,13 +58,15 @@ def check_store_fits(config: Config) -> None:
 
     Its checkpoints were trained on one env, by agents of named groups: a config for another env, or
     one that lacks a group its agents or entries belong to (or gives that group another algorithm),
-    would fail every segment that starts from them. The store is only read.
+    would fail every segment that starts from them. A store with a run going on it, from another client, is
+    refused too (population/run_lease.py). The store is only read.
     """
     url = config.store_url
     if not PodracerStore.exists(url):
         return
     store = PodracerStore(url)
     board, state = store.read_leaderboard(), store.read_run_state()
+    check_no_run_going(url, state)
     recorded = state.get("env") or next((e["env"] for e in board if e.get("env")), None)
     again = "resume it with the config that started it, or give another store (--store)"
     if recorded is not None and recorded != config.run.env:

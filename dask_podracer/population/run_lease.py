@@ -1,0 +1,61 @@
+"""One run per store: the client of a run going on a store is recorded in its run state, and a second
+`podracer train` on that store is refused while that client lives.
+
+Two clients on one store would both rewrite its tables from what they read, and each one's retention pass could
+delete the other's in-flight parents. A client that was killed is taken over at once on the machine it ran on
+(its process is gone), and from another machine once its run state is HEARTBEATS heartbeats old
+(`podracer status` calls it silent then).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dask_podracer.config import ConfigError
+from dask_podracer.status import DEFAULT_HEARTBEAT, HEARTBEATS, run_phase
+
+
+def this_client() -> dict[str, Any]:
+    """Who is writing a run state: this machine's name and this process's id."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def check_no_run_going(url: str, state: Mapping[str, Any], now: float | None = None) -> None:
+    """Raise ConfigError (one line) if the run state `state` of store `url` belongs to a run going now whose
+    client is not this process and is not known to be dead."""
+    now = time.time() if now is None else now
+    if run_phase(state, now) != "running":
+        return
+    client = state.get("client")
+    if not isinstance(client, Mapping):  # written before clients were recorded: nothing to tell them apart by
+        return
+    host, pid = client.get("host"), client.get("pid")
+    here = host == socket.gethostname()
+    if here and isinstance(pid, int) and (pid == os.getpid() or not _alive(pid)):
+        return  # this process's own earlier run, or a client that was killed on this machine
+    heartbeat = float(state.get("heartbeat_seconds") or DEFAULT_HEARTBEAT)
+    ago = now - float(state["written_at"])
+    where = f"process {pid}" + ("" if here else f" on {host}")
+    raise ConfigError(f"store '{url}' has a run going ({where}, state written {ago:.0f}s ago): stop it first, or give "
+                      f"another store (--store); a client killed on another machine is taken over once its state is "
+                      f"{HEARTBEATS * heartbeat:.0f}s old")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (a zombie, killed and not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:  # Linux: the field after the parenthesised command is the state, Z for a zombie
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
