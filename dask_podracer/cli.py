@@ -354,6 +354,9 @@ def _pin(args: argparse.Namespace) -> int:
 
     try:
         store = PodracerStore(args.store)
+        if args.unpin and args.key not in store.pinned():
+            print(f"{args.key} was not pinned")  # nothing to do, and nothing wrong: the outcome is what was asked
+            return 0
         if args.unpin:
             store.unpin(args.key)
         else:

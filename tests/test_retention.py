@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dask_podracer.cli import main
 from dask_podracer.config import ConfigError, config_from_dict
 from dask_podracer.population import run_tournament
 from dask_podracer.population.retention import Holders, ReplaySources, checkpoints_to_keep, collect
@@ -194,7 +195,7 @@ def test_gc_cleans_a_store_written_without_retention_and_the_run_resumes(client,
 
 
 @pytest.mark.slow
-def test_a_pinned_checkpoint_outlives_retention(client, tmp_path):
+def test_a_pinned_checkpoint_outlives_retention(client, tmp_path, capsys):
     store_path = tmp_path / "pin.zarr"
     run_tournament(fast(store_path, 4, retention=False), client)
     store = PodracerStore(store_path)
@@ -207,3 +208,7 @@ def test_a_pinned_checkpoint_outlives_retention(client, tmp_path):
     load_agent(store, first)
     assert os.path.isdir(store_path / "pins" / first)
     assert store.read_run_state()["retention"] == {"on": True, "keep_per_agent": 1}
+    assert main(["pin", str(store_path), first, "--unpin"]) == 0
+    assert main(["pin", str(store_path), first, "--unpin"]) == 0  # said so, not "unpinned" again
+    assert capsys.readouterr().out.splitlines() == [f"unpinned {first}", f"{first} was not pinned"]
+    assert first not in store.pinned()
