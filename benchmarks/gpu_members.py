@@ -1,7 +1,7 @@
 """The population's total env steps/s on one device, with N members training on it at once.
 
     python benchmarks/gpu_members.py [--members 1 2 4 8] [--sharing processes threads] [--device cuda|cpu]
-                                     [--segments 4] [--quick] [--config workflows/configs/pendulum.toml]
+                                     [--segments 4] [--mps] [--quick] [--config workflows/configs/pendulum.toml]
 
 (`--quick`: one segment per member, 2 evaluation episodes, 1 2 4 members unless `--members` says; about 2 to 5
 minutes on a loaded 2-core machine with `--device cpu`: a rehearsal of the script, not a figure.)
@@ -38,6 +38,7 @@ from distributed import Client, LocalCluster
 from dask_podracer.config import GPU_SHARING, Config, load_config
 from dask_podracer.population import run_tournament
 from dask_podracer.population.cluster import worker_layout
+from dask_podracer.population.gpu_mps import mps_daemon
 from dask_podracer.store import PodracerStore
 
 
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--sharing", nargs="+", choices=GPU_SHARING, default=list(GPU_SHARING))
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--segments", type=int, default=4, help="segments each member trains (default 4)")
+    parser.add_argument("--mps", action="store_true",
+                        help="run NVIDIA's MPS daemon while the members train, as `cluster.mps = true` does for the "
+                        "embedded cluster (population/gpu_mps.py)")
     parser.add_argument("--quick", action="store_true",
                         help="one segment per member, 2 evaluation episodes, and 1 2 4 members unless --members "
                         "says: a rehearsal, not a figure")
@@ -105,11 +109,13 @@ def main() -> None:
     print(f"{'members':>7} {'sharing':>9} {'workers x threads':>17} {'env steps':>9} {'wall s':>7} {'steps/s':>8} "
           f"{'per member':>10} {'segment train steps/s':>21}", flush=True)
     results = []
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
     for members in args.members:
         for sharing in args.sharing:
-            with tempfile.TemporaryDirectory() as tmp:
+            # the daemon starts before each run's worker processes, as the embedded cluster's would
+            with tempfile.TemporaryDirectory() as tmp, mps_daemon(args.mps, gpus) as mps:
                 config = members_config(base, members, sharing, device, segments, f"{tmp}/m.zarr", eval_episodes)
-                row = measure(config)
+                row = measure(config) | {"mps": mps}
             results.append(row)
             print(f"{members:>7} {sharing:>9} {row['workers']:>8} x {row['threads_per_worker']:<6} "
                   f"{row['env_steps']:>9,} {row['wall_seconds']:>7.1f} {row['env_steps_per_s']:>8.0f} "

@@ -198,3 +198,90 @@ def test_threads_sharing_a_gpu_run_auto_eagerly_and_refuse_compile_on(tmp_path):
         train = next(i for i in Tournament(config(sharing)).handle(CapacityChanged(2)) if isinstance(i, Train))
         assert train.graphs_allowed is allowed
         assert segment_spec(train, str(tmp_path / "s.zarr"), 60.0).graphs_allowed is allowed
+
+
+# NVIDIA's MPS daemon (`cluster.mps`). The real control program exists only on a machine with NVIDIA's driver, and
+# `on_gpu.sh shared-gpu --mps` ran the benchmark under it on an H200; here a program of the same name on PATH plays
+# its part (a state file stands for the daemon), so that what `mps_daemon` starts, leaves alone and stops is seen.
+FAKE_MPS_CONTROL = """#!/bin/sh
+state="$FAKE_MPS_STATE"
+if [ "$1" = "-d" ]; then
+    echo "-d" >>"$state.log"
+    if [ -e "$state.refuse" ]; then echo "An instance of this daemon is already running" >&2; exit 1; fi
+    touch "$state"; exit 0
+fi
+read -r command
+echo "$command" >>"$state.log"
+if [ ! -e "$state" ]; then echo "Cannot find MPS control daemon process"; exit 1; fi
+if [ "$command" = "quit" ]; then rm "$state"; fi
+exit 0
+"""
+
+
+@pytest.fixture
+def fake_mps_control(tmp_path, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    program = folder / "nvidia-cuda-mps-control"
+    program.write_text(FAKE_MPS_CONTROL)
+    program.chmod(0o755)
+    state = tmp_path / "mps-daemon"
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_MPS_STATE", str(state))
+    return state
+
+
+def _calls(state: Path) -> list[str]:
+    log = state.with_name(state.name + ".log")
+    return log.read_text().split() if log.exists() else []
+
+
+def test_mps_is_started_before_the_block_and_stopped_after_it(fake_mps_control):
+    from dask_podracer.population.gpu_mps import mps_daemon
+
+    with mps_daemon(True, gpus=1) as what:
+        assert what == "started" and fake_mps_control.exists()  # the daemon runs while the block does
+    assert not fake_mps_control.exists()
+    assert _calls(fake_mps_control) == ["get_server_list", "-d", "get_server_list", "quit"]
+
+
+def test_a_running_mps_daemon_is_left_running(fake_mps_control):
+    from dask_podracer.population.gpu_mps import mps_daemon
+
+    fake_mps_control.touch()  # someone else's daemon
+    with mps_daemon(True, gpus=2) as what:
+        assert what == "running"
+    assert fake_mps_control.exists() and _calls(fake_mps_control) == ["get_server_list"]
+
+
+def test_mps_is_left_alone_when_not_wanted_or_without_a_gpu(fake_mps_control):
+    from dask_podracer.population.gpu_mps import mps_daemon
+
+    with mps_daemon(False, gpus=1) as off, mps_daemon(True, gpus=0) as no_gpu:
+        assert (off, no_gpu) == ("off", "no GPU")
+    assert _calls(fake_mps_control) == []
+
+
+def test_mps_that_cannot_start_is_refused_in_one_line(fake_mps_control, monkeypatch, tmp_path):
+    from dask_podracer.population.gpu_mps import MPSError, mps_daemon
+
+    fake_mps_control.with_name(fake_mps_control.name + ".refuse").touch()
+    with pytest.raises(MPSError, match=r"^cluster.mps = true, but `nvidia-cuda-mps-control -d` did not start a "
+                                       r"daemon: An instance of this daemon is already running; set cluster.mps"):
+        with mps_daemon(True, gpus=1):
+            pytest.fail("the block ran without a daemon")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ClusterError, match=r"^cluster.mps = true, but nvidia-cuda-mps-control is not on PATH "
+                                           r"\(it comes with NVIDIA's driver\)"):
+        with mps_daemon(True, gpus=1):
+            pytest.fail("the block ran without a daemon")
+
+
+def test_the_mps_setting_is_checked_and_ignored_without_gpus(tmp_path):
+    with pytest.raises(ConfigError, match=r"cluster.mps must be true or false, got str 'yes'$"):
+        config_from_dict({"run": {"env": "Pendulum-v1"}, "cluster": {"mps": "yes"}})
+    from dask_podracer.population.connect import embedded_client
+
+    # on this machine (no GPU) the embedded cluster starts as it would without the setting
+    with embedded_client(ClusterConfig(workers=1, mps=True, dashboard_address="127.0.0.1:0")) as client:
+        assert len(client.scheduler_info()["workers"]) == 1

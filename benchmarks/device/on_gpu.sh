@@ -34,7 +34,8 @@
 #                                         # nvidia-smi sampled each second beside it; arguments after
 #                                         # `shared-gpu` go to the script (`--sharing threads` runs one mode,
 #                                         # to split the step across two calls near the 10-minute limit;
-#                                         # `shared-gpu --mps ...` runs it under NVIDIA's MPS daemon)
+#                                         # `shared-gpu --mps ...` runs it under NVIDIA's MPS daemon, started
+#                                         # and stopped by the script as `cluster.mps = true` does)
 #   benchmarks/device/on_gpu.sh warp      # the MuJoCo Warp tasks' env steps/s on CUDA (issue 24):
 #                                         # benchmarks/warp_throughput.py --device cuda, every task at 4,096,
 #                                         # 16,384 and 32,768 worlds (arguments after `warp` go to the script)
@@ -236,28 +237,17 @@ pack)  # everything under $OUT in one file: the device tool brings back at most 
     ;;
 shared-gpu)
     install
-    args=("${@:2}")
-    mps=""
-    if [[ ${args[0]:-} == --mps ]]; then  # NVIDIA's MPS: the worker processes' kernels share the GPU at once
-        args=("${args[@]:1}")
-        if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d; then
-            mps=1
-            echo "on_gpu.sh: MPS control daemon started" | tee "$out/shared_gpu_mps.txt"
-        else
-            echo "on_gpu.sh: --mps: nvidia-cuda-mps-control missing or failed to start; running without MPS" \
-                | tee "$out/shared_gpu_mps.txt"
-        fi
-    fi
     smi=""
     if command -v nvidia-smi >/dev/null; then  # GPU utilisation and memory while the members train
         nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 1 >"$out/shared_gpu_smi.csv" &
         smi=$!
     fi
     status=0
+    # `shared-gpu --mps ...`: the script runs NVIDIA's MPS daemon around each run, through the code behind
+    # `cluster.mps = true` (population/gpu_mps.py); on 2026-11-28 this step started the daemon itself instead
     python3 benchmarks/gpu_members.py --device "$device" --members 1 2 4 8 --sharing processes threads \
-        --segments 2 "${args[@]}" 2>&1 | tee "$out/shared_gpu.txt" || status=$?
+        --segments 2 "${@:2}" 2>&1 | tee "$out/shared_gpu.txt" || status=$?
     [[ -z $smi ]] || kill "$smi"  # the sampler stops whether or not the benchmark finished
-    [[ -z $mps ]] || echo quit | nvidia-cuda-mps-control
     grep "^{" "$out/shared_gpu.txt" | tail -n 1 >"$out/shared_gpu.json" || true
     exit "$status"
     ;;

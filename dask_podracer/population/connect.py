@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dask
+import torch
 from distributed import Client, Security
 
 from dask_podracer.config import ClusterConfig
 from dask_podracer.population.cluster import ClusterError, embedded_cluster
+from dask_podracer.population.gpu_mps import mps_daemon
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +53,16 @@ def embedded_client(config: ClusterConfig, cores_per_segment: int = 1) -> Iterat
 
     Its scheduler lets a segment go through `config.allowed_failures` worker deaths before it fails.
     Its worker processes are not daemonic, so a segment may start processes of its own (gymnasium's
-    async vector envs: a daemonic process may have no children).
+    async vector envs: a daemonic process may have no children). With `config.mps` on a machine with GPUs,
+    NVIDIA's MPS daemon runs while the cluster does (`gpu_mps.py`).
     """
     # The scheduler and the nannies run in this process. The scheduler reads its setting once, when it
     # is created; a nanny reads `daemon` whenever it starts a worker process, restarts included, so that
     # one holds for the cluster's whole life.
+    # MPS serves a process that makes its CUDA context after the daemon started: so it starts before the workers.
     with dask.config.set({"distributed.scheduler.allowed-failures": config.allowed_failures,
-                          "distributed.worker.daemon": False}):
+                          "distributed.worker.daemon": False}), \
+            mps_daemon(config.mps, torch.cuda.device_count() if config.mps else 0):
         cluster = embedded_cluster(config, cores_per_segment)
         with cluster, Client(cluster) as client:
             yield client
