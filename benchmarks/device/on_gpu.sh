@@ -104,6 +104,8 @@ install_or_early() {
     {
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
         echo "cpus: $(nproc)"
+        # physical cores against hardware threads: the actor sweep's 8 actors may share 8 cores (docs/benchmarks.md)
+        lscpu 2>/dev/null | grep -E "^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)):" || true
         python3 -c "import sys, torch, gymnasium; print(sys.version.split()[0], 'torch', torch.__version__,
               'gymnasium', gymnasium.__version__, '(before the other parts: no Dask, Zarr or MuJoCo)')"
     } | tee "$out/machine.txt"
@@ -143,6 +145,8 @@ install() {
     {
         nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
         echo "cpus: $(nproc)"
+        # physical cores against hardware threads: the actor sweep's 8 actors may share 8 cores (docs/benchmarks.md)
+        lscpu 2>/dev/null | grep -E "^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)):" || true
         python3 -c "import sys, torch, dask, zarr, gymnasium; print(sys.version.split()[0], 'torch', torch.__version__,
               'dask', dask.__version__, 'zarr', zarr.__version__, 'gymnasium', gymnasium.__version__)"
     } | tee "$out/machine.txt"
