@@ -13,6 +13,8 @@ Figures come from the segment records in the store (`read_history`), as the lear
 - `transitions_per_s`: transitions the learner received from its actors over the seconds since it opened its
   listener (which includes the actors' start-up: the longer the segment, the closer to the steady rate); the
   median over the segments of a point;
+- `streaming_transitions_per_s` ("steady"), `streaming_busy_fraction`: the same from the moment every actor had
+  delivered a rollout, so without the actors' start-up;
 - `policy_lag_p95` (and median, max): the learner's gradient steps between the weights an actor acted with
   and the step that trained on its rollout, over every rollout trained on; the largest over the segments;
 - `trajectory_bytes`: bytes of rollouts the learner received over its actor sockets (`socket_bytes_received`);
@@ -155,6 +157,9 @@ def run_point(env: str, hparams: dict[str, Any], actors: int, env_steps: int, se
         "policy_lag_max": max(m["policy_lag_max"] for m in metrics),
         "rollouts_dropped_stale": int(sum(m["rollouts_dropped_stale"] for m in metrics)),
         "learner_busy_fraction": round(statistics.median(m["learner_busy_fraction"] for m in metrics), 3),
+        # from the moment every actor had delivered (None where one never did)
+        "streaming_transitions_per_s": _median(metrics, "streaming_transitions_per_s", 1),
+        "streaming_busy_fraction": _median(metrics, "streaming_busy_fraction", 3),
         "actors_lost": int(sum(m["actors_lost"] for m in metrics)),
         "trajectory_bytes": int(sum(m["socket_bytes_received"] for m in metrics)),
         "scheduler_bytes": counter.total,
@@ -165,6 +170,11 @@ def run_point(env: str, hparams: dict[str, Any], actors: int, env_steps: int, se
     }
     point["scheduler_to_trajectory_ratio"] = round(point["scheduler_bytes"] / max(1, point["trajectory_bytes"]), 4)
     return point
+
+
+def _median(metrics: list[dict[str, float]], name: str, digits: int) -> float | None:
+    values = [m[name] for m in metrics if name in m]
+    return round(statistics.median(values), digits) if len(values) == len(metrics) else None
 
 
 def main() -> None:
@@ -182,14 +192,18 @@ def main() -> None:
     hparams = CARTPOLE if "CartPole" in env else HALFCHEETAH
     print(f"IMPALA on {env}, hparams {hparams}; {segments} segments per point, {per_actor:,} transitions per actor "
           f"per segment; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}", flush=True)
-    print(f"{'actors':>6} {'trans/s':>9} {'lag p50':>7} {'p95':>4} {'max':>4} {'stale':>5} {'busy':>5} "
-          f"{'trajectory B':>13} {'scheduler B':>12} {'sched/traj':>10} {'wall s':>7}  scores", flush=True)
+    print(f"{'actors':>6} {'trans/s':>9} {'steady':>9} {'lag p50':>7} {'p95':>4} {'max':>4} {'stale':>5} {'busy':>5} "
+          f"{'steady':>6} {'trajectory B':>13} {'scheduler B':>12} {'sched/traj':>10} {'wall s':>7}  scores",
+          flush=True)
     points = []
     for actors in sweep:
         p = run_point(env, hparams, actors, per_actor * actors, segments, eval_episodes=10)
         points.append(p)
-        print(f"{actors:>6} {p['transitions_per_s']:>9,.0f} {p['policy_lag_median']:>7.1f} {p['policy_lag_p95']:>4.0f} "
+        steady, steady_busy = p["streaming_transitions_per_s"], p["streaming_busy_fraction"]
+        print(f"{actors:>6} {p['transitions_per_s']:>9,.0f} {f'{steady:,.0f}' if steady is not None else '-':>9} "
+              f"{p['policy_lag_median']:>7.1f} {p['policy_lag_p95']:>4.0f} "
               f"{p['policy_lag_max']:>4.0f} {p['rollouts_dropped_stale']:>5} {p['learner_busy_fraction']:>5.2f} "
+              f"{f'{steady_busy:.2f}' if steady_busy is not None else '-':>6} "
               f"{p['trajectory_bytes']:>13,} {p['scheduler_bytes']:>12,} {p['scheduler_to_trajectory_ratio']:>10.4f} "
               f"{p['wall_s']:>7.1f}  {p['scores']} ({p['device']})", flush=True)
     print(f"counter check: a task with a {CALIBRATION_BYTES:,}-byte argument counted "

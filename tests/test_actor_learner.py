@@ -172,6 +172,10 @@ def test_impala_learns_cartpole_from_two_actor_processes_within_its_lag_bound(th
     assert 0 <= metrics["policy_lag_median"] <= metrics["policy_lag_p95"] <= metrics["policy_lag_max"] <= max_policy_lag
     assert metrics["transitions_received"] == record["segment_env_steps"] >= 20_000
     assert metrics["socket_bytes_received"] > 20_000 * 4 * 4  # at least the observations came over the socket
+    # the steady figures count from the moment both actors had delivered: a part of the segment and of its transitions
+    assert 0 < metrics["streaming_seconds"] < record["train_seconds"]
+    assert 0 < metrics["streaming_transitions_per_s"] * metrics["streaming_seconds"] < metrics["transitions_received"]
+    assert 0 < metrics["streaming_busy_fraction"] <= 1
 
 
 PENDULUM = {"num_envs": 8, "rollout_steps": 20, "batch_rollouts": 2, "learning_rate": 1e-3, "gamma": 0.95,

@@ -13,7 +13,8 @@ segment (parent, budget loop, evaluation, checkpoint, result) stays the one-task
    (Ape-X), everything that arrived, each once, never dropped; then sends the new policy once `weights_every`
    gradient steps were made since the last it sent;
 3. reports, as the iteration's metrics, the policy lag (median, p95, max), what was dropped, actors joined and
-   lost, the ingest rate and how busy the learner was.
+   lost, the ingest rate and how busy the learner was: over the whole segment, and from the moment every actor
+   had delivered a rollout (`streaming_*`).
 
 The learner never looks inside a trajectory (the agent converts it: `agents/actor_learner.py`), except to count
 its `rewards` against the step budget, which counts transitions received from actors. An actor that dies costs
@@ -84,6 +85,12 @@ class ActorLearner:
         self.learn_seconds = 0.0
         self.transitions = self.rollouts = self.bytes_received = 0
         self.episode_returns, self.episodes = 0.0, 0
+        # From the moment every actor has delivered a rollout: the steady rate, without the actors' start-up
+        # (a short segment with many actors counts each one's start-up in `transitions_per_s`)
+        self.first_rollout_from: set[int] = set()
+        self.streaming_since: float | None = None
+        self.streaming_transitions = 0
+        self.streaming_learn_seconds = 0.0
         self.last_learn: dict[str, float] = {}
         self.finished = False
         launcher.start(self.endpoint.address, authkey, self.finish)
@@ -105,7 +112,10 @@ class ActorLearner:
             started = time.perf_counter()
             agent = self.agent
             self.last_learn = agent.learn([agent.trajectory_from_arrays(e.item) for e in batch]) or self.last_learn
-            self.learn_seconds += time.perf_counter() - started
+            learned = time.perf_counter() - started
+            self.learn_seconds += learned
+            if self.streaming_since is not None:
+                self.streaming_learn_seconds += learned
             self.book.trained(batch)
             if agent.updates - self.published >= self.actors.weights_every:
                 self.published = agent.updates
@@ -128,6 +138,12 @@ class ActorLearner:
             if self.actors.max_in_flight:  # the actor may send another
                 self.endpoint.acknowledge(arrival.actor)
             transitions = _transitions(arrival.arrays)
+            if self.streaming_since is not None:
+                self.streaming_transitions += transitions
+            else:
+                self.first_rollout_from.add(arrival.actor)
+                if len(self.first_rollout_from) >= self.actors.workers:  # the clock starts after this rollout
+                    self.streaming_since = time.monotonic()
             self.book.add(arrival.arrays, arrival.version)
             received += transitions
             self.transitions += transitions
@@ -157,6 +173,10 @@ class ActorLearner:
             "learner_updates": float(self.agent.updates - self.first_version),
             "learner_busy_fraction": self.learn_seconds / elapsed,
         }
+        if self.streaming_since is not None:
+            streaming = max(1e-9, time.monotonic() - self.streaming_since)
+            out.update(streaming_seconds=streaming, streaming_transitions_per_s=self.streaming_transitions / streaming,
+                       streaming_busy_fraction=self.streaming_learn_seconds / streaming)
         if self.episodes:
             out["episode_return"] = self.episode_returns / self.episodes
         return out
