@@ -3,6 +3,7 @@
     python benchmarks/actor_learner.py --quick   # CartPole-v1, 2 actor processes, 2 segments: under 3 minutes
     python benchmarks/actor_learner.py           # actors 1/2/4/8 on gymnasium's HalfCheetah-v5 (a GPU machine)
     python benchmarks/actor_learner.py --env CartPole-v1 --actors 1 2 --env-steps 100000
+    python benchmarks/actor_learner.py --env CartPole-v1 --actors 2 --hidden 1024 1024   # a learner slower than its actors
 
 Each point is a real tournament (`run_tournament`) with an `[actors]` section: pool size 1, so each segment is
 one learner task plus `--actors` actor tasks, on an embedded LocalCluster of 1 + actors worker processes bound
@@ -122,7 +123,7 @@ def calibrate(client: Client, counter: SchedulerBytes) -> int:
 
 
 def run_point(env: str, hparams: dict[str, Any], actors: int, env_steps: int, segments: int,
-              eval_episodes: int) -> dict[str, Any]:
+              eval_episodes: int, max_in_flight: int | None = None) -> dict[str, Any]:
     """One tournament of `segments` IMPALA segments with `actors` actor tasks each; the learner's figures."""
     with tempfile.TemporaryDirectory() as tmp:
         config = config_from_dict({
@@ -132,7 +133,8 @@ def run_point(env: str, hparams: dict[str, Any], actors: int, env_steps: int, se
             "segment": {"env_steps": env_steps, "eval_episodes": eval_episodes, "torch_threads": 1},
             "cluster": {"workers": 1 + actors, "dashboard_address": "127.0.0.1:0"},
             "hparams": hparams,
-            "actors": {"workers": actors},
+            "actors": {"workers": actors,
+                       **({} if max_in_flight is None else {"max_in_flight": max_in_flight})},
         })
         counter = SchedulerBytes()
         with embedded_cluster(config.cluster) as cluster, Client(cluster) as client:
@@ -184,20 +186,28 @@ def main() -> None:
     parser.add_argument("--actors", type=int, nargs="+", default=None, help="default 1 2 4 8 (quick: 2)")
     parser.add_argument("--env-steps", type=int, default=None, help="per segment, per actor (quick: 20000)")
     parser.add_argument("--segments", type=int, default=None, help="segments per point (default 2)")
+    parser.add_argument("--max-in-flight", type=int, default=None,
+                        help="actors.max_in_flight (default: the config's, 2; 0: no bound)")
+    parser.add_argument("--hidden", type=int, nargs="+", default=None,
+                        help="the networks' hidden layers, e.g. 1024 1024: a learner slower than its actors")
     args = parser.parse_args()
     env = args.env or ("CartPole-v1" if args.quick else "gym:HalfCheetah-v5")
     sweep = args.actors or ([2] if args.quick else [1, 2, 4, 8])
     per_actor = args.env_steps or (20_000 if args.quick else 100_000)
     segments = args.segments or 2
-    hparams = CARTPOLE if "CartPole" in env else HALFCHEETAH
-    print(f"IMPALA on {env}, hparams {hparams}; {segments} segments per point, {per_actor:,} transitions per actor "
-          f"per segment; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}", flush=True)
+    hparams = dict(CARTPOLE if "CartPole" in env else HALFCHEETAH)
+    if args.hidden:
+        hparams["hidden"] = args.hidden
+    in_flight = "the default" if args.max_in_flight is None else args.max_in_flight
+    print(f"IMPALA on {env}, hparams {hparams}, max_in_flight {in_flight}; {segments} segments per point, "
+          f"{per_actor:,} transitions per actor per segment; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}", flush=True)
     print(f"{'actors':>6} {'trans/s':>9} {'steady':>9} {'lag p50':>7} {'p95':>4} {'max':>4} {'stale':>5} {'busy':>5} "
           f"{'steady':>6} {'trajectory B':>13} {'scheduler B':>12} {'sched/traj':>10} {'wall s':>7}  scores",
           flush=True)
     points = []
     for actors in sweep:
-        p = run_point(env, hparams, actors, per_actor * actors, segments, eval_episodes=10)
+        p = run_point(env, hparams, actors, per_actor * actors, segments, eval_episodes=10,
+                      max_in_flight=args.max_in_flight)
         points.append(p)
         steady, steady_busy = p["streaming_transitions_per_s"], p["streaming_busy_fraction"]
         print(f"{actors:>6} {p['transitions_per_s']:>9,.0f} {f'{steady:,.0f}' if steady is not None else '-':>9} "

@@ -282,10 +282,11 @@ class ActorsConfig:
     connect_timeout: float = 120.0
     """Seconds a learner may go with no actor connected (waiting for slots, or after losing all) before its
     segment fails."""
-    max_in_flight: int = 0
+    max_in_flight: int = 2
     """Rollouts an actor may have sent that the learner has not taken in yet: the actor waits for the learner
     before it collects another, so what the learner trains on was acted with recent weights. 0: no bound of
-    its own (the socket buffers and the learner's inbox push back, a few kilobytes each way)."""
+    its own (the socket buffers and the learner's inbox push back, a few kilobytes each way: a learner its
+    actors outpace then drops stale rollouts and waits for fresh ones)."""
 
     def __post_init__(self) -> None:
         _require(self.workers >= 1, "actors.workers", ">= 1", self.workers)

@@ -21,7 +21,7 @@ from dask_podracer.population.task_keys import task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentSpec, evaluate
-from dask_podracer.train.actor_learner import run_actor
+from dask_podracer.train.actor_learner import ActorLearner, run_actor
 from dask_podracer.train.actor_link import LearnerEndpoint, dumps, new_authkey
 from dask_podracer.train.spec import ActorsSpec
 from dask_podracer.train.trajectory_book import TrajectoryBook
@@ -100,6 +100,48 @@ def test_an_actor_sends_no_more_than_max_in_flight_rollouts_the_learner_has_not_
         actor.join(timeout=10)
     assert not actor.is_alive()
     assert report["rollouts_sent"] == 5 and report["rollouts_taken"] == 3
+
+
+class _ActorThreads:
+    """An `ActorLauncher` that runs each actor in a thread of this process."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, spec: SegmentSpec) -> None:
+        self.spec, self.threads = spec, []
+
+    def start(self, address, authkey, hang_up) -> None:
+        for index in range(self.spec.actors.workers):
+            thread = threading.Thread(target=run_actor, args=(self.spec, index, address, authkey), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+
+def test_an_impala_learner_takes_in_only_the_rollouts_its_next_batch_needs():
+    # Draining its whole inbox into the book, a learner its actors outpace kept rollouts that went stale before
+    # their turn, dropped them and waited for fresh ones (busy 77-85% of its time, not 93-97%; docs/actor_learner.md)
+    spec = SegmentSpec(key="take", store_url="unused", env="CartPole-v1", algorithm="impala", hparams=HPARAMS,
+                       actors=ActorsSpec(workers=1, max_in_flight=0))
+    env = make_vec_env("CartPole-v1", HPARAMS["num_envs"], device="cpu", seed=0)
+    agent = make_agent("impala", env.single_observation_space, env.single_action_space, HPARAMS)
+    launcher = _ActorThreads(spec)
+    learner = ActorLearner(agent, spec, launcher)
+    try:
+        inbox = learner.endpoint.inbox
+        deadline = time.monotonic() + 30
+        while not inbox.full():  # the actor outpaces a learner that has not started: 4 rollouts wait
+            assert time.monotonic() < deadline, f"{inbox.qsize()} of {inbox.maxsize} rollouts arrived"
+            time.sleep(0.01)
+        _, received, metrics = learner.train_iteration(env, None)
+        assert metrics["rollouts_received"] == HPARAMS["batch_rollouts"] == 2  # what one batch needs, no more
+        assert received == 2 * HPARAMS["num_envs"] * HPARAMS["rollout_steps"]
+        assert metrics["learner_updates"] == 1 and learner.book.waiting == []  # trained on both; none left to age
+        assert inbox.qsize() >= 2  # the rest wait in the bounded inbox, pushing back on the actor
+    finally:
+        learner.finish()
+        for thread in launcher.threads:
+            thread.join(timeout=10)
+    assert not any(thread.is_alive() for thread in launcher.threads)
 
 
 # -- settings refused before anything is submitted ----------------------------------------------

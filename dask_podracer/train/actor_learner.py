@@ -124,12 +124,20 @@ class ActorLearner:
         return obs, received, self.metrics()
 
     def _receive(self, wait: float) -> int:
-        """Move arrived rollouts into the book; wait up to `wait` seconds while a batch cannot be made yet."""
+        """Move arrived rollouts into the book; wait up to `wait` seconds while a batch cannot be made yet.
+
+        A replay learner takes in everything that arrived. An IMPALA learner takes in only what its next batch
+        needs (fresh rollouts first): the rest waits in the bounded inbox, so a learner that actors outpace pushes
+        back on them there, and with `max_in_flight` they wait for it, rather than the book filling with rollouts
+        that go stale before their turn and are dropped (the learner then idles for fresh ones)."""
         deadline = time.monotonic() + wait
         received = 0
+        book, version = self.book, self.agent.updates
         while True:
+            if not self.feed.replay and book.unused(version) >= self.batch:
+                return received
             try:
-                if self.book.available(self.agent.updates) >= self.batch:
+                if book.available(version) >= self.batch:
                     arrival = self.endpoint.inbox.get_nowait()
                 else:
                     arrival = self.endpoint.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -144,7 +152,7 @@ class ActorLearner:
                 self.first_rollout_from.add(arrival.actor)
                 if len(self.first_rollout_from) >= self.actors.workers:  # the clock starts after this rollout
                     self.streaming_since = time.monotonic()
-            self.book.add(arrival.arrays, arrival.version)
+            book.add(arrival.arrays, arrival.version)
             received += transitions
             self.transitions += transitions
             self.rollouts += 1

@@ -54,6 +54,11 @@ class TrajectoryBook(Generic[Item]):
         self._drop_stale(learner_version)
         return len(self.waiting)
 
+    def unused(self, learner_version: int) -> int:
+        """Of those, the ones never trained on yet (a batch takes them first)."""
+        self._drop_stale(learner_version)
+        return sum(e.uses == 0 for e in self.waiting)
+
     def take(self, n: int, learner_version: int) -> list[Entry[Item]]:
         """Up to `n` trajectories for one batch at `learner_version`; give them back with `trained`."""
         self._drop_stale(learner_version)
