@@ -3,7 +3,7 @@
     python benchmarks/actor_learner.py --quick   # CartPole-v1, 2 actor processes, 2 segments: under 3 minutes
     python benchmarks/actor_learner.py           # actors 1/2/4/8 on gymnasium's HalfCheetah-v5 (a GPU machine)
     python benchmarks/actor_learner.py --env CartPole-v1 --actors 1 2 --env-steps 100000
-    python benchmarks/actor_learner.py --env CartPole-v1 --actors 2 --hidden 1024 1024   # a learner slower than its actors
+    python benchmarks/actor_learner.py --env CartPole-v1 --actors 2 --hidden 1024 1024  # a slower learner
 
 Each point is a real tournament (`run_tournament`) with an `[actors]` section: pool size 1, so each segment is
 one learner task plus `--actors` actor tasks, on an embedded LocalCluster of 1 + actors worker processes bound
@@ -200,7 +200,8 @@ def main() -> None:
         hparams["hidden"] = args.hidden
     in_flight = "the default" if args.max_in_flight is None else args.max_in_flight
     print(f"IMPALA on {env}, hparams {hparams}, max_in_flight {in_flight}; {segments} segments per point, "
-          f"{per_actor:,} transitions per actor per segment; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"{per_actor:,} transitions per actor per segment; {os.cpu_count()} cores; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
     print(f"{'actors':>6} {'trans/s':>9} {'steady':>9} {'lag p50':>7} {'p95':>4} {'max':>4} {'stale':>5} {'busy':>5} "
           f"{'steady':>6} {'trajectory B':>13} {'scheduler B':>12} {'sched/traj':>10} {'wall s':>7}  scores",
           flush=True)
