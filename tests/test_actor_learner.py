@@ -4,8 +4,11 @@ their lag and reuse bookkeeping, and the settings refused before anything is sub
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import random
 import signal
+import statistics
 import threading
 import time
 
@@ -37,15 +40,32 @@ def test_book_drops_what_passed_the_lag_bound_and_trains_each_rollout_at_most_re
     # learner at version 3: "a" has lag 3 > 2, dropped without ever being trained on
     batch = book.take(2, learner_version=3)
     assert [e.item for e in batch] == ["b", "c"]  # fresh ones, oldest first
-    assert book.lags == [2, 0] and book.dropped_stale == 1 and book.dropped_unused == 1
+    assert book.lag_counts == {2: 1, 0: 1} and book.dropped_stale == 1 and book.dropped_unused == 1
     book.trained(batch)
     book.add("d", 4)
     batch = book.take(2, learner_version=4)  # "b" is now stale (lag 3); fresh "d" first, then "c" again
-    assert [e.item for e in batch] == ["d", "c"] and book.lags[-2:] == [0, 1]
+    assert [e.item for e in batch] == ["d", "c"] and book.lag_counts == {2: 1, 0: 2, 1: 1}
     assert book.dropped_stale == 2 and book.dropped_unused == 1  # "b" had been trained on once
     book.trained(batch)
     assert [(e.item, e.uses) for e in book.waiting] == [("d", 1)]  # "c" was used twice: reuse is spent
     assert book.lag_metrics() == {"policy_lag_median": 0.5, "policy_lag_p95": 2.0, "policy_lag_max": 2.0}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_book_lag_metrics_are_the_median_nearest_rank_p95_and_max_of_every_lag_handed_out(seed):
+    generator = random.Random(seed)
+    book = TrajectoryBook(max_policy_lag=None, reuse=1)
+    lags = []
+    for version in range(generator.randint(1, 60)):  # batches of 1 to 5, each at its own learner version
+        learner_version = version + generator.randint(0, 9)
+        for _ in range(generator.randint(1, 5)):
+            book.add(None, version)
+        lags += [learner_version - version] * len(book.waiting)
+        book.trained(book.take(len(book.waiting), learner_version))
+    ordered = sorted(lags)
+    assert book.lag_metrics() == {"policy_lag_median": float(statistics.median(ordered)),
+                                  "policy_lag_p95": float(ordered[math.ceil(0.95 * len(ordered)) - 1]),
+                                  "policy_lag_max": float(ordered[-1])}
 
 
 def test_book_with_reuse_one_hands_out_each_rollout_once():

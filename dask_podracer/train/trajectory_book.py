@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
+from collections import Counter
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
@@ -39,8 +39,11 @@ class TrajectoryBook(Generic[Item]):
             raise ValueError(f"reuse must be >= 1, got {reuse!r}")
         self.max_policy_lag, self.reuse = max_policy_lag, reuse
         self.waiting: list[Entry[Item]] = []
-        self.lags: list[int] = []
-        """The lag of every trajectory in every batch handed out, in order."""
+        self.lag_counts: Counter[int] = Counter()
+        """How many trajectories were handed out at each lag, over every batch: the lags' distribution, kept as
+        counts so that reading its median and p95 each iteration costs the distinct lags, not every one so far (a
+        list sorted each iteration cost 0.45 ms at 10,000 rollouts, 2.4 ms at 50,000: a long segment's learner
+        slowed as it went)."""
         self.dropped_stale = 0
         """Trajectories dropped because their lag passed `max_policy_lag` (fresh or reused)."""
         self.dropped_unused = 0
@@ -67,7 +70,7 @@ class TrajectoryBook(Generic[Item]):
         chosen = set(order[:n])
         batch = [self.waiting[i] for i in sorted(chosen, key=order.index)]
         self.waiting = [e for i, e in enumerate(self.waiting) if i not in chosen]
-        self.lags.extend(learner_version - e.version for e in batch)
+        self.lag_counts.update(learner_version - e.version for e in batch)
         return batch
 
     def trained(self, batch: list[Entry[Item]]) -> None:
@@ -78,13 +81,24 @@ class TrajectoryBook(Generic[Item]):
                 self.waiting.append(entry)
 
     def lag_metrics(self) -> dict[str, float]:
-        """Median, 95th percentile and maximum of the lags handed out (empty before the first batch)."""
-        if not self.lags:
+        """Median, 95th percentile (nearest rank) and maximum of the lags handed out (empty before the first batch)."""
+        total = sum(self.lag_counts.values())
+        if not total:
             return {}
-        ordered = sorted(self.lags)
-        p95 = ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]  # nearest rank
-        return {"policy_lag_median": float(statistics.median(ordered)), "policy_lag_p95": float(p95),
-                "policy_lag_max": float(ordered[-1])}
+        lags = sorted(self.lag_counts)
+        # 0-based ranks of the two middle values (one when `total` is odd), and of the nearest-rank 95th percentile
+        wanted = {(total - 1) // 2, total // 2, max(0, math.ceil(0.95 * total) - 1)}
+        at: dict[int, int] = {}
+        seen = 0
+        for lag in lags:
+            count = self.lag_counts[lag]
+            for rank in wanted:
+                if seen <= rank < seen + count:
+                    at[rank] = lag
+            seen += count
+        median = (at[(total - 1) // 2] + at[total // 2]) / 2
+        return {"policy_lag_median": float(median), "policy_lag_p95": float(at[max(0, math.ceil(0.95 * total) - 1)]),
+                "policy_lag_max": float(lags[-1])}
 
     def _drop_stale(self, learner_version: int) -> None:
         if self.max_policy_lag is None:
