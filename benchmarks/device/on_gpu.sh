@@ -257,9 +257,13 @@ shared-gpu)
     ;;
 warp)
     install
+    # appended, so that several `warp` steps in one call (other --worlds, --nconmax/--njmax) all come back
+    echo "== warp ${*:2}" >>"$out/warp_throughput.txt"
     python3 benchmarks/warp_throughput.py --device "$device" --envs WarpAnt-v0 WarpHumanoid-v0 WarpHalfCheetah-v0 \
-        WarpHopper-v0 WarpWalker2d-v0 "${@:2}" 2>&1 | tee "$out/warp_throughput.txt"
-    grep "^{" "$out/warp_throughput.txt" | tail -n 1 >"$out/warp_throughput.json" || true
+        WarpHopper-v0 WarpWalker2d-v0 "${@:2}" 2>&1 | tee "$out/warp.last.txt"
+    cat "$out/warp.last.txt" >>"$out/warp_throughput.txt"
+    grep "^{" "$out/warp.last.txt" | tail -n 1 >>"$out/warp_throughput.json" || true
+    rm -f "$out/warp.last.txt"
     ;;
 integrators)
     install
