@@ -16,6 +16,8 @@ Figures come from the segment records in the store (`read_history`), as the lear
   median over the segments of a point;
 - `streaming_transitions_per_s` ("steady"), `streaming_busy_fraction`: the same from the moment every actor had
   delivered a rollout, so without the actors' start-up;
+- `streaming_wait_fraction` ("wait"): the share of those seconds the learner sat blocked on its inbox, waiting
+  for rollouts (`learner_wait_fraction` over the whole segment; `learner_publish_fraction`: sending weights);
 - `policy_lag_p95` (and median, max): the learner's gradient steps between the weights an actor acted with
   and the step that trained on its rollout, over every rollout trained on; the largest over the segments;
 - `trajectory_bytes`: bytes of rollouts the learner received over its actor sockets (`socket_bytes_received`);
@@ -162,6 +164,10 @@ def run_point(env: str, hparams: dict[str, Any], actors: int, env_steps: int, se
         # from the moment every actor had delivered (None where one never did)
         "streaming_transitions_per_s": _median(metrics, "streaming_transitions_per_s", 1),
         "streaming_busy_fraction": _median(metrics, "streaming_busy_fraction", 3),
+        # the rest of the learner's time: blocked on its inbox for rollouts, and handing out its weights
+        "learner_wait_fraction": _median(metrics, "learner_wait_fraction", 3),
+        "streaming_wait_fraction": _median(metrics, "streaming_wait_fraction", 3),
+        "learner_publish_fraction": _median(metrics, "learner_publish_fraction", 3),
         "actors_lost": int(sum(m["actors_lost"] for m in metrics)),
         "trajectory_bytes": int(sum(m["socket_bytes_received"] for m in metrics)),
         "scheduler_bytes": counter.total,
@@ -203,18 +209,20 @@ def main() -> None:
           f"{per_actor:,} transitions per actor per segment; {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     print(f"{'actors':>6} {'trans/s':>9} {'steady':>9} {'lag p50':>7} {'p95':>4} {'max':>4} {'stale':>5} {'busy':>5} "
-          f"{'steady':>6} {'trajectory B':>13} {'scheduler B':>12} {'sched/traj':>10} {'wall s':>7}  scores",
-          flush=True)
+          f"{'steady':>6} {'wait':>5} {'trajectory B':>13} {'scheduler B':>12} {'sched/traj':>10} {'wall s':>7}  "
+          "scores", flush=True)
     points = []
     for actors in sweep:
         p = run_point(env, hparams, actors, per_actor * actors, segments, eval_episodes=10,
                       max_in_flight=args.max_in_flight)
         points.append(p)
         steady, steady_busy = p["streaming_transitions_per_s"], p["streaming_busy_fraction"]
+        steady_wait = p["streaming_wait_fraction"]
         print(f"{actors:>6} {p['transitions_per_s']:>9,.0f} {f'{steady:,.0f}' if steady is not None else '-':>9} "
               f"{p['policy_lag_median']:>7.1f} {p['policy_lag_p95']:>4.0f} "
               f"{p['policy_lag_max']:>4.0f} {p['rollouts_dropped_stale']:>5} {p['learner_busy_fraction']:>5.2f} "
               f"{f'{steady_busy:.2f}' if steady_busy is not None else '-':>6} "
+              f"{f'{steady_wait:.2f}' if steady_wait is not None else '-':>5} "
               f"{p['trajectory_bytes']:>13,} {p['scheduler_bytes']:>12,} {p['scheduler_to_trajectory_ratio']:>10.4f} "
               f"{p['wall_s']:>7.1f}  {p['scores']} ({p['device']})", flush=True)
     print(f"counter check: a task with a {CALIBRATION_BYTES:,}-byte argument counted "

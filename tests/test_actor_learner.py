@@ -238,6 +238,12 @@ def test_impala_learns_cartpole_from_two_actor_processes_within_its_lag_bound(th
     assert 0 < metrics["streaming_seconds"] < record["train_seconds"]
     assert 0 < metrics["streaming_transitions_per_s"] * metrics["streaming_seconds"] < metrics["transitions_received"]
     assert 0 < metrics["streaming_busy_fraction"] <= 1
+    # where the learner's time went: disjoint parts of one clock, so they sum to at most the whole
+    assert metrics["learner_busy_fraction"] > 0 and metrics["learner_publish_fraction"] > 0
+    assert metrics["learner_wait_fraction"] > 0  # it waits for the actors' first rollouts, at least
+    parts = ("learner_busy_fraction", "learner_wait_fraction", "learner_publish_fraction")
+    assert sum(metrics[name] for name in parts) <= 1.01, metrics
+    assert metrics["streaming_busy_fraction"] + metrics["streaming_wait_fraction"] <= 1.01
 
 
 PENDULUM = {"num_envs": 8, "rollout_steps": 20, "batch_rollouts": 2, "learning_rate": 1e-3, "gamma": 0.95,

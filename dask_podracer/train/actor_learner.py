@@ -13,8 +13,8 @@ segment (parent, budget loop, evaluation, checkpoint, result) stays the one-task
    (Ape-X), everything that arrived, each once, never dropped; then sends the new policy once `weights_every`
    gradient steps were made since the last it sent;
 3. reports, as the iteration's metrics, the policy lag (median, p95, max), what was dropped, actors joined and
-   lost, the ingest rate and how busy the learner was: over the whole segment, and from the moment every actor
-   had delivered a rollout (`streaming_*`).
+   lost, the ingest rate and where the learner's time went (gradient steps, waiting for rollouts, sending its
+   weights): over the whole segment, and from the moment every actor had delivered a rollout (`streaming_*`).
 
 The learner never looks inside a trajectory (the agent converts it: `agents/actor_learner.py`), except to count
 its `rewards` against the step budget, which counts transitions received from actors. An actor that dies costs
@@ -82,7 +82,9 @@ class ActorLearner:
         inbox = max(2 * self.batch, 2 * self.actors.workers)  # bounded: a full inbox pushes back on the actors
         self.endpoint = LearnerEndpoint(launcher.host, authkey, inbox, self._weights())
         self.started = time.monotonic()
-        self.learn_seconds = 0.0
+        # where the learner's time goes: its gradient steps, blocked on the inbox for rollouts, pickling and
+        # handing out its weights; the rest is its bookkeeping and the segment's loop
+        self.learn_seconds = self.wait_seconds = self.publish_seconds = 0.0
         self.transitions = self.rollouts = self.bytes_received = 0
         self.episode_returns, self.episodes = 0.0, 0
         # From the moment every actor has delivered a rollout: the steady rate, without the actors' start-up
@@ -90,7 +92,7 @@ class ActorLearner:
         self.first_rollout_from: set[int] = set()
         self.streaming_since: float | None = None
         self.streaming_transitions = 0
-        self.streaming_learn_seconds = 0.0
+        self.streaming_learn_seconds = self.streaming_wait_seconds = 0.0
         self.last_learn: dict[str, float] = {}
         self.finished = False
         launcher.start(self.endpoint.address, authkey, self.finish)
@@ -118,8 +120,10 @@ class ActorLearner:
                 self.streaming_learn_seconds += learned
             self.book.trained(batch)
             if agent.updates - self.published >= self.actors.weights_every:
+                started = time.perf_counter()
                 self.published = agent.updates
                 self.endpoint.publish(self._weights())
+                self.publish_seconds += time.perf_counter() - started
         self._check_actors()
         return obs, received, self.metrics()
 
@@ -140,7 +144,14 @@ class ActorLearner:
                 if book.available(version) >= self.batch:
                     arrival = self.endpoint.inbox.get_nowait()
                 else:
-                    arrival = self.endpoint.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                    waiting = time.perf_counter()
+                    try:
+                        arrival = self.endpoint.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                    finally:
+                        waited = time.perf_counter() - waiting
+                        self.wait_seconds += waited
+                        if self.streaming_since is not None:
+                            self.streaming_wait_seconds += waited
             except queue.Empty:
                 return received
             if self.actors.max_in_flight:  # the actor may send another
@@ -180,11 +191,14 @@ class ActorLearner:
             "socket_bytes_received": float(self.bytes_received),
             "learner_updates": float(self.agent.updates - self.first_version),
             "learner_busy_fraction": self.learn_seconds / elapsed,
+            "learner_wait_fraction": self.wait_seconds / elapsed,
+            "learner_publish_fraction": self.publish_seconds / elapsed,
         }
         if self.streaming_since is not None:
             streaming = max(1e-9, time.monotonic() - self.streaming_since)
             out.update(streaming_seconds=streaming, streaming_transitions_per_s=self.streaming_transitions / streaming,
-                       streaming_busy_fraction=self.streaming_learn_seconds / streaming)
+                       streaming_busy_fraction=self.streaming_learn_seconds / streaming,
+                       streaming_wait_fraction=self.streaming_wait_seconds / streaming)
         if self.episodes:
             out["episode_return"] = self.episode_returns / self.episodes
         return out
