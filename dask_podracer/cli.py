@@ -111,7 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     lineage.set_defaults(func=_lineage)
 
     gc = commands.add_parser("gc", help="delete the checkpoints a store no longer needs", description=(
-        "Apply the retention policy to a store no run is using: delete every checkpoint that is not on the "
+        "Apply the retention policy to a store no run is using (a store whose run is going is refused, unless "
+        "--dry-run): delete every checkpoint that is not on the "
         "leaderboard, an agent's latest, one of the newest K of a live agent, pinned, or read by a kept one's "
         "shared replay; and finish deletions a crash cut off. History records stay, so lineage and plots are "
         "unchanged. Works on stores written before retention existed."))
@@ -182,6 +183,9 @@ def _tls_files(args: argparse.Namespace):
         return None
     if not all(files):
         raise UserError("--tls-ca-file, --tls-cert and --tls-key go together")
+    if not args.scheduler:
+        raise UserError("--tls-ca-file, --tls-cert and --tls-key are for a TLS-secured scheduler: give --scheduler "
+                        "tls://HOST:PORT too (the embedded cluster does not use them)")
     from dask_podracer.population import TLSFiles
 
     return TLSFiles(*files)
@@ -322,8 +326,9 @@ def _lineage(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from dask_podracer.config import StoreConfig
+    from dask_podracer.config import ConfigError, StoreConfig
     from dask_podracer.population.retention import ReplaySources, checkpoints_to_keep, collect, holders_at_rest
+    from dask_podracer.population.run_lease import check_no_run_going
     from dask_podracer.store import PodracerStore, StoreError
 
     if args.keep_per_agent is not None and args.keep_per_agent < 1:
@@ -331,12 +336,16 @@ def _gc(args: argparse.Namespace) -> int:
                         f"got {args.keep_per_agent}")
     try:
         store = PodracerStore(args.store)
-        recorded = store.read_run_state().get("retention", {})
+        state = store.read_run_state()
+        if not args.dry_run:  # the run's own retention collects as it goes, knowing which parents are in flight
+            check_no_run_going(args.store, state, remedy="gc deletes checkpoints that its running segments may "
+                               "start from: run it once the run has ended (--dry-run only lists them)")
+        recorded = state.get("retention", {})
         keep_per_agent = args.keep_per_agent or recorded.get("keep_per_agent") or StoreConfig.keep_per_agent
         keep = checkpoints_to_keep(holders_at_rest(store), keep_per_agent, ReplaySources(store))
         candidates = [key for key in store.checkpoint_keys() if not store.is_quarantined(key)]
         done = collect(store, keep, candidates, dry_run=args.dry_run)
-    except StoreError as e:
+    except (StoreError, ConfigError) as e:
         raise UserError(str(e)) from None
     verb = "would remove" if args.dry_run else "removed"
     for key, size in done.deleted:
@@ -372,6 +381,8 @@ def _check_env(args: argparse.Namespace) -> int:
     from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
     from dask_podracer.envs.multi_agent import check_multi_agent_env, is_multi_agent
 
+    if args.max_steps < 0:
+        raise UserError(f"--max-steps must be >= 1 (0: the default), got {args.max_steps}")
     name, kwargs = args.env, {}
     try:
         if name.endswith(".toml"):

@@ -404,9 +404,12 @@ def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
     """Read and validate a TOML config file, with `settings` ("hparams.gamma=0.97", ...) changed first."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config {str(path)!r}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot read config {str(path)!r}: not UTF-8 text (byte {e.start}), as TOML must be") \
+            from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

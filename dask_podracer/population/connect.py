@@ -44,6 +44,8 @@ def connect(address: str, tls: TLSFiles | None = None, timeout: str = "10s") -> 
         return Client(address, timeout=timeout, security=tls.security() if tls else None)
     except (OSError, TimeoutError) as e:
         raise ClusterError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+    except ValueError as e:  # Dask's parse of the address: no port, an unknown scheme, ...
+        raise ClusterError(f"{address!r} is not a Dask scheduler address such as tcp://host:8786 ({e})") from None
 
 
 @contextlib.contextmanager

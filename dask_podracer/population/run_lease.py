@@ -25,9 +25,10 @@ def this_client() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
-def check_no_run_going(url: str, state: Mapping[str, Any], now: float | None = None) -> None:
-    """Raise ConfigError (one line) if the run state `state` of store `url` belongs to a run going now whose
-    client is not this process and is not known to be dead."""
+def check_no_run_going(url: str, state: Mapping[str, Any], now: float | None = None,
+                       remedy: str = "stop it first, or give another store (--store)") -> None:
+    """Raise ConfigError (one line, ending with `remedy`) if the run state `state` of store `url` belongs to a run
+    going now whose client is not this process and is not known to be dead."""
     now = time.time() if now is None else now
     if run_phase(state, now) != "running":
         return
@@ -41,9 +42,8 @@ def check_no_run_going(url: str, state: Mapping[str, Any], now: float | None = N
     heartbeat = float(state.get("heartbeat_seconds") or DEFAULT_HEARTBEAT)
     ago = now - float(state["written_at"])
     where = f"process {pid}" + ("" if here else f" on {host}")
-    raise ConfigError(f"store '{url}' has a run going ({where}, state written {ago:.0f}s ago): stop it first, or give "
-                      f"another store (--store); a client killed on another machine is taken over once its state is "
-                      f"{HEARTBEATS * heartbeat:.0f}s old")
+    raise ConfigError(f"store '{url}' has a run going ({where}, state written {ago:.0f}s ago): {remedy}; a client "
+                      f"killed on another machine is taken over once its state is {HEARTBEATS * heartbeat:.0f}s old")
 
 
 def _alive(pid: int) -> bool:
