@@ -86,18 +86,17 @@ class TrajectoryBook(Generic[Item]):
         if not total:
             return {}
         lags = sorted(self.lag_counts)
-        # 0-based ranks of the two middle values (one when `total` is odd), and of the nearest-rank 95th percentile
-        wanted = {(total - 1) // 2, total // 2, max(0, math.ceil(0.95 * total) - 1)}
-        at: dict[int, int] = {}
-        seen = 0
-        for lag in lags:
-            count = self.lag_counts[lag]
-            for rank in wanted:
-                if seen <= rank < seen + count:
-                    at[rank] = lag
-            seen += count
-        median = (at[(total - 1) // 2] + at[total // 2]) / 2
-        return {"policy_lag_median": float(median), "policy_lag_p95": float(at[max(0, math.ceil(0.95 * total) - 1)]),
+
+        def at(rank: int) -> int:  # the lag at 0-based `rank` of them all, in order
+            seen = 0
+            for lag in lags:
+                seen += self.lag_counts[lag]
+                if rank < seen:
+                    return lag
+            raise IndexError(rank)
+
+        median = (at((total - 1) // 2) + at(total // 2)) / 2  # the middle one, or the mean of the middle two
+        return {"policy_lag_median": float(median), "policy_lag_p95": float(at(max(0, math.ceil(0.95 * total) - 1))),
                 "policy_lag_max": float(lags[-1])}
 
     def _drop_stale(self, learner_version: int) -> None:
