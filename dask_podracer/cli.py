@@ -150,6 +150,9 @@ def _train(args: argparse.Namespace) -> int:
     # Imports here, not at the top, so `podracer --help` answers without loading torch and dask.
     from dask_podracer.config import ConfigError, load_config, parse_duration
 
+    for option, value in (("--store", args.store), ("--tensorboard", args.tensorboard), ("--json", args.json)):
+        if value is not None and not value.strip():  # an empty value would fall back to the config's silently
+            raise UserError(f"{option} is empty: give a path")
     try:
         if args.budget is not None:
             parse_duration(args.budget, "--budget")  # named as the user wrote it, not as run.budget
@@ -290,11 +293,13 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _tensorboard(args: argparse.Namespace) -> int:
-    from dask_podracer.config import LoggingConfig
+    from dask_podracer.config import ConfigError, LoggingConfig, check_run_name
     from dask_podracer.store import PodracerStore, StoreError
     from dask_podracer.tracking import TrackingError, default_run_name, open_trackers
 
     try:
+        if args.name is not None:
+            check_run_name(args.name, "--name")  # one directory under --out, never a way out of it
         store = PodracerStore(args.store)
         history = store.read_history()
         # the name a live run logged under ([logging]), so an export lands beside it; older stores: the store's
@@ -305,7 +310,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
                             f"export's): choose another --out or --name, or remove it")
         with open_trackers(LoggingConfig(tensorboard=args.out), name, store.url) as trackers:
             trackers.record(history)
-    except (StoreError, TrackingError) as e:
+    except (StoreError, TrackingError, ConfigError) as e:
         raise UserError(str(e)) from None
     finished = sum(r.get("status") == "finished" for r in history)
     agents = len({r.get("agent") for r in history if r.get("status") == "finished"})

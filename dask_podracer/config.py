@@ -57,7 +57,7 @@ class RunConfig:
     max_segments: int = 0
     """Stop after this many finished segments in one invocation; 0 means no limit."""
     seed: int = 0
-    """Seeds the generator and every segment (segment i uses a seed derived from it)."""
+    """Seeds the generator and every segment (segment i uses a seed derived from it); 0 to 2**32 - 1."""
 
     def __post_init__(self) -> None:
         known = self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env))
@@ -73,9 +73,11 @@ class RunConfig:
         if self.algorithm is not None:
             _require(self.algorithm in registered_algorithms(), "run.algorithm",
                      f"one of {registered_algorithms()}", self.algorithm)
-        _require(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", self.name)), "run.name", "letters, digits, '_', '.', '-'",
-                 self.name)
+        check_run_name(self.name, "run.name")
         parse_duration(self.budget, "run.budget")
+        # each segment's seed is derived as seed * 1_000_003 + its index: torch's generator takes 64 bits
+        _require(isinstance(self.seed, int) and 0 <= self.seed < 2**32, "run.seed", "an integer from 0 to 2**32 - 1",
+                 self.seed)
         _require(self.max_segments >= 0, "run.max_segments", ">= 0", self.max_segments)
         if self.target_return is not None:
             _require(math.isfinite(self.target_return), "run.target_return", "a finite number", self.target_return)
@@ -264,6 +266,8 @@ class ClusterConfig:
         _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
         _require(self.segments_per_gpu >= 1, "cluster.segments_per_gpu", ">= 1", self.segments_per_gpu)
         _require(self.gpu_sharing in GPU_SHARING, "cluster.gpu_sharing", '"processes" or "threads"', self.gpu_sharing)
+        _require(_is_listen_address(self.dashboard_address), "cluster.dashboard_address",
+                 '"HOST:PORT", ":PORT" or "PORT", PORT 0-65535 (0: any free port)', self.dashboard_address)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -443,6 +447,9 @@ def apply_settings(data: Mapping[str, Any], settings: Sequence[str]) -> dict[str
     out = copy.deepcopy(dict(data))
     for text in settings:
         path, value = parse_setting(text)
+        if path[0] == "groups" and len(path) > 1 and "groups" not in out:  # a table made here would mislead later
+            raise ConfigError(f"--set {text}: this config declares no [[groups]]; its one group's settings are "
+                              f"hparams.KEY=... and search.KEY=...")
         node: Any = out
         for depth, part in enumerate(path[:-1]):
             where = ".".join(path[:depth + 1])
@@ -700,6 +707,21 @@ def _check_kwargs(kwargs: Any, field: str) -> None:
         json.dumps(kwargs, allow_nan=False)
     except (TypeError, ValueError):
         _require(False, field, "strings, numbers, booleans, lists and tables (checkpoints keep them as JSON)", kwargs)
+
+
+def check_run_name(name: str, field: str) -> None:
+    """A run's name names directories (TensorBoard's, the dashboard's): one plain path component, never '..'."""
+    plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None and name.strip(".") != ""
+    _require(plain, field, "letters, digits, '_', '.', '-' (not only dots)", name)
+
+
+_LISTEN_ADDRESS = re.compile(r"(?:[^\s:,]*:)?(\d{1,5})")
+
+
+def _is_listen_address(text: str) -> bool:
+    """Whether Dask's dashboard can listen at `text` as written: a port, with a host name or address before it."""
+    match = _LISTEN_ADDRESS.fullmatch(text) if isinstance(text, str) else None
+    return match is not None and int(match.group(1)) <= 65535
 
 
 def _require(ok: bool, field: str, allowed: str, got: Any) -> None:

@@ -1,5 +1,6 @@
 """Bad input to `podracer` refused in one line, before any work: cases a bad-input hunt of 2026-11-29 found
-giving tracebacks, silence, or (gc during a run) a deleted leaderboard checkpoint."""
+giving tracebacks, silence, a misleading message after a cluster had started, a file written outside the directory
+named, or (gc during a run) a deleted leaderboard checkpoint."""
 
 from __future__ import annotations
 
@@ -11,13 +12,25 @@ import time
 import pytest
 
 from dask_podracer.cli import EXIT_USAGE, main
-from dask_podracer.store import PodracerStore
+from dask_podracer.population import orchestrator
+from dask_podracer.store import PodracerStore, StoreError
+
+PENDULUM = "workflows/configs/pendulum.toml"
 
 
 def _error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("podracer: error: "), err
     return err
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fails the test if the run gets as far as starting (or connecting to) a cluster: refusals come before."""
+    def tripwire(*args, **kwargs):
+        raise AssertionError("a cluster was started before the bad input was refused")
+
+    monkeypatch.setattr(orchestrator, "_client_for", tripwire)
 
 
 @pytest.fixture
@@ -70,3 +83,79 @@ def test_tls_files_without_a_scheduler_are_refused(tmp_path, capsys):
 def test_check_env_refuses_a_negative_step_count(capsys):
     assert main(["check-env", "Pendulum-v1", "--max-steps", "-1"]) == EXIT_USAGE
     assert "--max-steps must be >= 1" in _error(capsys)
+
+
+STORE_COMMANDS = [["status"], ["leaderboard"], ["gc"], ["lineage", "@", "s000000-00000000"], ["pin", "@", "k"],
+                  ["tensorboard", "@", "--out", "OUT"], ["plot", "@", "--out", "OUT/c.png"]]
+
+
+@pytest.mark.parametrize("url, why", [("bogus://x.zarr", "Protocol not known: bogus"),
+                                      ("s3://bucket/x.zarr", "Install s3fs")])
+@pytest.mark.parametrize("command", STORE_COMMANDS, ids=lambda c: c[0])
+def test_every_command_names_a_store_url_it_cannot_open(tmp_path, capsys, command, url, why):
+    if why == "Install s3fs":
+        pytest.importorskip("fsspec")
+        if __import__("importlib").util.find_spec("s3fs") is not None:
+            pytest.skip("s3fs is installed here")
+    args = [url if a == "@" else a.replace("OUT", str(tmp_path)) for a in command]
+    if "@" not in command:
+        args.append(url)
+    assert main(args) == EXIT_USAGE
+    err = _error(capsys)
+    assert f"cannot open store '{url}'" in err and why in err
+
+
+@pytest.mark.parametrize("under", ["a file", "/proc"])
+def test_train_names_a_store_path_it_cannot_create_before_any_cluster(tmp_path, capsys, no_cluster, under):
+    if under == "a file":
+        blocker = tmp_path / "plain"
+        blocker.write_text("not a directory")
+        store, why = blocker / "s.zarr", f"'{blocker}' is a file, not a directory"
+    else:
+        if not __import__("os").path.isdir("/proc/self"):
+            pytest.skip("no /proc here")
+        store, why = "/proc/podracer-test.zarr", "cannot make a directory in '/proc'"
+    assert main(["train", PENDULUM, "--store", str(store)]) == EXIT_USAGE
+    err = _error(capsys)
+    assert f"cannot create store '{store}'" in err and why in err and "scheduler" not in err
+
+
+def test_checking_that_a_store_can_be_created_leaves_nothing_behind(tmp_path):
+    PodracerStore.check_creatable(tmp_path / "deep" / "er" / "s.zarr")
+    assert list(tmp_path.iterdir()) == []
+    PodracerStore.check_creatable(tmp_path)  # an existing directory: creation will decide whether it is usable
+    with pytest.raises(StoreError, match="is a file"):
+        (tmp_path / "f").write_text("x")
+        PodracerStore.check_creatable(tmp_path / "f")
+
+
+@pytest.mark.parametrize("setting, says", [
+    ('cluster.dashboard_address="not an address"', "cluster.dashboard_address must be"),
+    ('cluster.dashboard_address="127.0.0.1:70000"', "cluster.dashboard_address must be"),
+    ("run.seed=1180591620717411303424", "run.seed must be an integer from 0 to 2**32 - 1"),
+    ("run.seed=-1", "run.seed must be an integer from 0 to 2**32 - 1"),
+    ("run.name=..", "run.name must be letters"),
+    ("groups.0.hparams.gamma=0.9", "this config declares no [[groups]]"),
+])
+def test_settings_that_would_fail_later_are_refused_before_any_cluster(tmp_path, capsys, no_cluster, setting, says):
+    assert main(["train", PENDULUM, "--store", str(tmp_path / "s.zarr"), "--set", setting]) == EXIT_USAGE
+    assert says in _error(capsys)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize("option", ["--store", "--tensorboard", "--json"])
+def test_an_empty_path_option_is_refused_rather_than_ignored(tmp_path, capsys, no_cluster, option):
+    args = ["train", PENDULUM, option, ""]
+    if option != "--store":
+        args += ["--store", str(tmp_path / "s.zarr")]
+    assert main(args) == EXIT_USAGE
+    assert f"{option} is empty" in _error(capsys)
+
+
+@pytest.mark.parametrize("name", ["../escaped", "..", ""])
+def test_tensorboard_writes_only_under_its_out_directory(tmp_path, capsys, name):
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    out = tmp_path / "deep" / "out"
+    assert main(["tensorboard", store.url, "--out", str(out), "--name", name]) == EXIT_USAGE
+    assert "--name must be letters" in _error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]

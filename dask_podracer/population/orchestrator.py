@@ -36,7 +36,7 @@ from dask_podracer.population.tournament import (BudgetReached, CapacityChanged,
                                                  SegmentRecovered, Stop, Tournament, Train, segment_spec)
 from dask_podracer.store import ChecksumError, PodracerStore, StoreError
 from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
-from dask_podracer.tracking import Trackers, open_trackers, state_origin
+from dask_podracer.tracking import Trackers, TrackingError, open_trackers, state_origin
 from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
 
 log = logging.getLogger(__name__)
@@ -118,10 +118,13 @@ def run_tournament(config: Config, client: Client | None = None,
     """
     try:  # before a cluster starts: none of these needs one to be found
         check_constructs(config)
-        check_store_fits(config)
-        trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
     except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
         raise ConfigError(f"{config.source}: {e}") from None
+    check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
+    try:
+        trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
+    except TrackingError as e:  # names the directory or tracking store, as given in [logging] or on the command line
+        raise ConfigError(str(e)) from None
     with trackers, _client_for(config, client, scheduler, tls) as active:
         slots = cluster_slots(active, requested=config.cluster.resource, gpu_share=gpu_share_of(config.cluster))
         check_resources(active, slots, config.cluster.resource)  # before the store is created

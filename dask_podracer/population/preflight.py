@@ -59,10 +59,12 @@ def check_store_fits(config: Config) -> None:
     Its checkpoints were trained on one env, by agents of named groups: a config for another env, or
     one that lacks a group its agents or entries belong to (or gives that group another algorithm),
     would fail every segment that starts from them. A store with a run going on it, from another client, is
-    refused too (population/run_lease.py). The store is only read.
+    refused too (population/run_lease.py), and so is a store that cannot be created where it is named. The
+    store is only read.
     """
     url = config.store_url
     if not PodracerStore.exists(url):
+        PodracerStore.check_creatable(url)
         return
     store = PodracerStore(url)
     board, state = store.read_leaderboard(), store.read_run_state()

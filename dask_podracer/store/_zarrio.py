@@ -64,7 +64,13 @@ def open_zarr_store(url: str, *, read_only: bool = False) -> Store:
     path = local_path(url)
     if path is not None:
         return LocalStore(path, read_only=read_only)
-    return FsspecStore.from_url(url, read_only=read_only)
+    try:
+        return FsspecStore.from_url(url, read_only=read_only)
+    except ImportError as e:  # fsspec knows the protocol, and names the package it needs ("Install s3fs ...")
+        raise StoreError(f"cannot open store '{url}': {e}") from None
+    except ValueError as e:  # fsspec does not know the protocol
+        raise StoreError(f"cannot open store '{url}': {e} (a local path, or a URL fsspec knows: "
+                         f"memory://, s3://, gs://, ...)") from None
 
 
 async def _read_json(store: Store, key: str, where: str) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,7 +69,10 @@ class PodracerStore:
                 raise StoreError(f"'{self._url}' is not empty and holds no Zarr group: not a podracer store")
             if not create:
                 raise StoreError(f"no podracer store at '{self._url}'")
-            self._create()
+            try:
+                self._create()
+            except OSError as e:  # not a lost scheduler, whatever the caller was doing
+                raise StoreError(f"cannot create store '{self._url}': {e.strerror or e}") from None
         else:
             _check_root(root, self._url)
             if create:  # complete a creation that was interrupted after the root was written
@@ -106,6 +110,31 @@ class PodracerStore:
         except (StoreError, FileNotFoundError):
             return False
         return root is not None and (root.get("attributes") or {}).get("format") == FORMAT_NAME
+
+    @staticmethod
+    def check_creatable(url: str | os.PathLike[str]) -> None:
+        """Raise StoreError, naming why, if no store can be created at ``url``. Leaves nothing behind.
+
+        Called before a cluster starts, so a path under a file, in a directory this user cannot write, or a URL
+        fsspec cannot open is refused at once rather than after workers have started.
+        """
+        resolved = resolve_url(url)
+        path = local_path(resolved)
+        if path is None:
+            open_zarr_store(resolved, read_only=True)  # an unknown protocol, a missing fsspec package
+            return
+        if path.is_dir():
+            return
+        if path.exists():
+            raise StoreError(f"'{resolved}' is a file, not a podracer store")
+        parent = next(p for p in path.parents if p.exists())
+        if not parent.is_dir():
+            raise StoreError(f"cannot create store '{resolved}': '{parent}' is a file, not a directory")
+        try:  # os.access says yes to root on /proc; only making a directory there tells
+            os.rmdir(tempfile.mkdtemp(prefix=".podracer-probe-", dir=parent))
+        except OSError as e:
+            raise StoreError(f"cannot create store '{resolved}': cannot make a directory in '{parent}' "
+                             f"({e.strerror or type(e).__name__})") from None
 
     def __reduce__(self) -> tuple[type, tuple[str]]:
         return (PodracerStore, (self._url,))
