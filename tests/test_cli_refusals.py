@@ -159,3 +159,14 @@ def test_tensorboard_writes_only_under_its_out_directory(tmp_path, capsys, name)
     assert main(["tensorboard", store.url, "--out", str(out), "--name", name]) == EXIT_USAGE
     assert "--name must be letters" in _error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+def test_a_run_its_workers_refuse_leaves_no_store_behind(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine's workers can use CUDA")
+    store = tmp_path / "s.zarr"
+    assert main(["train", PENDULUM, "--store", str(store), "--quiet", "--set", "segment.device=cuda",
+                 "cluster.workers=1", 'cluster.dashboard_address="127.0.0.1:0"']) == EXIT_USAGE
+    assert "cannot use segment.device 'cuda'" in _error(capsys)
+    assert not store.exists()

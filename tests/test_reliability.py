@@ -34,14 +34,14 @@ def client(cpu_client):
 def test_a_store_only_the_client_can_see_fails_before_any_segment(client):
     with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot use the store 'memory://only-here'"):
         run_tournament(tiny("memory://only-here", max_segments=2), client)
-    assert not PodracerStore("memory://only-here").read_history()  # nothing was submitted
+    assert not PodracerStore.exists("memory://only-here")  # nothing was submitted, and the bare store removed
 
 
 def test_segments_on_a_device_the_workers_lack_are_refused_before_any_segment(client, tmp_path):
     # a 100th GPU no machine here has: refused whether the workers have no GPU or a few
     with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot use segment.device 'cuda:99'"):
         run_tournament(tiny(tmp_path / "d.zarr", {"segment": {**TINY["segment"], "device": "cuda:99"}}), client)
-    assert not PodracerStore(tmp_path / "d.zarr").read_history()
+    assert not PodracerStore.exists(tmp_path / "d.zarr")  # nothing was submitted, and the bare store removed
 
 
 def test_a_store_is_resumed_only_by_a_config_that_can_continue_it(client, tmp_path):
@@ -80,7 +80,7 @@ def test_gymnasiums_async_envs_run_in_the_embedded_clusters_workers_and_are_refu
                                            r"per env, and this process is daemonic .* "
                                            r"DASK_DISTRIBUTED__WORKER__DAEMON=False"):
         run_tournament(config, client)
-    assert not PodracerStore(tmp_path / "async.zarr").read_history()
+    assert not PodracerStore.exists(tmp_path / "async.zarr")
     summary = run_tournament(config)  # on the embedded cluster, whose workers are not daemonic
     assert summary.segments_completed == 2 and summary.segments_failed == 0
 

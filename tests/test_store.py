@@ -151,6 +151,21 @@ def test_foreign_zarr_group_and_plain_directory_are_refused(tmp_path: Path) -> N
     assert sorted(p.name for p in plain.iterdir()) == ["notes.txt"]  # nothing written into it
 
 
+def test_only_a_bare_store_is_removed(tmp_path: Path) -> None:
+    bare = PodracerStore(tmp_path / "bare.zarr", create=True)
+    assert bare.remove_if_bare() and not (tmp_path / "bare.zarr").exists()
+    keepers = {"state": lambda s: s.write_run_state({"segments": 1}), "history": lambda s: s.append_history({"a": 1}),
+               "board": lambda s: s.write_leaderboard([{"key": "k"}]),
+               "checkpoint": lambda s: s.save_checkpoint("k", {"w": np.zeros(2)}, {})}
+    for name, record in keepers.items():
+        store = PodracerStore(tmp_path / f"{name}.zarr", create=True)
+        record(store)
+        assert not store.remove_if_bare(), name
+        assert PodracerStore.exists(store.url), name
+    memory = PodracerStore(f"memory://{uuid.uuid4().hex}.zarr", create=True)
+    assert memory.remove_if_bare() and not PodracerStore.exists(memory.url)
+
+
 def test_store_pickles_as_its_url(store: PodracerStore) -> None:
     store.save_checkpoint("a", {"x": np.arange(3)}, {})
     clone = pickle.loads(pickle.dumps(store))

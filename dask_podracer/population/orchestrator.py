@@ -128,8 +128,14 @@ def run_tournament(config: Config, client: Client | None = None,
     with trackers, _client_for(config, client, scheduler, tls) as active:
         slots = cluster_slots(active, requested=config.cluster.resource, gpu_share=gpu_share_of(config.cluster))
         check_resources(active, slots, config.cluster.resource)  # before the store is created
+        fresh = not PodracerStore.exists(config.store_url)
         store = PodracerStore(config.store_url, create=True)
-        check_workers(active, config)  # every worker: the store, the env, the agents
+        try:
+            check_workers(active, config)  # every worker: the store, the env, the agents
+        except BaseException:
+            if fresh:  # refused before anything ran: leave no store behind that looks like a run's
+                store.remove_if_bare()
+            raise
         # an earlier run on this scheduler left its page's plugin: removed first, or the scheduler warns in its
         # own log (where no filter of ours reaches) that it overwrites it
         with contextlib.suppress(ValueError):

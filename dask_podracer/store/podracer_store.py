@@ -136,6 +136,28 @@ class PodracerStore:
             raise StoreError(f"cannot create store '{resolved}': cannot make a directory in '{parent}' "
                              f"({e.strerror or type(e).__name__})") from None
 
+    def remove_if_bare(self) -> bool:
+        """Remove this store if it holds nothing but what creating it wrote; say whether it did.
+
+        For a run refused after it created its store (a worker that cannot run its segments): the next run
+        would resume the bare store as a fresh one anyway, and a directory left behind suggests a run that
+        recorded something. Anything recorded (a table, a pin, a checkpoint, another process's probe) keeps it.
+        """
+        bare = {"zarr.json", *(f"{name}/zarr.json" for name in CHILD_GROUPS)}
+
+        async def keys() -> set[str]:
+            return {key async for key in self._store.list()}
+
+        if sync(keys()) != bare:
+            return False
+        if self.read_leaderboard() or self.read_history() or self.read_run_state() or self.pinned():
+            return False  # the tables live in their groups' attributes: the keys alone do not tell
+        sync(self._store.delete_dir(""))
+        path = local_path(self._url)
+        if path is not None and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()  # the directory itself, which zarr's LocalStore keeps
+        return True
+
     def __reduce__(self) -> tuple[type, tuple[str]]:
         return (PodracerStore, (self._url,))
 
