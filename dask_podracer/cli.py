@@ -43,8 +43,15 @@ def import_from_working_directory() -> None:
         sys.path.insert(0, cwd)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's errors in one line, as every other error of `podracer`: the usage block is behind --help."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="podracer", description="Population training of deep-RL agents on Dask.")
+    parser = _OneLineParser(prog="podracer", description="Population training of deep-RL agents on Dask.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="run or resume a tournament", description=(

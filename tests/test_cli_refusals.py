@@ -170,3 +170,17 @@ def test_a_run_its_workers_refuse_leaves_no_store_behind(tmp_path, capsys):
                  "cluster.workers=1", 'cluster.dashboard_address="127.0.0.1:0"']) == EXIT_USAGE
     assert "cannot use segment.device 'cuda'" in _error(capsys)
     assert not store.exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", PENDULUM, "--budget"], "podracer train: error: argument --budget: expected one argument"),
+    (["leaderboard", "s.zarr", "--top", "x"], "podracer leaderboard: error: argument --top: invalid int value: 'x'"),
+    (["bogus"], "podracer: error: argument COMMAND: invalid choice: 'bogus'"),
+    ([], "podracer: error: the following arguments are required: COMMAND"),
+])
+def test_argument_errors_are_one_line_pointing_at_help(capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(says) and err.endswith("--help)"), err
