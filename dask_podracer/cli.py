@@ -218,6 +218,8 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
         return run_tournament(config, on_progress=printer, scheduler=scheduler, tls=tls, on_start=started)
     except (ConfigError, StoreError, ClusterError) as e:
         raise UserError(str(e)) from None
+    except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:
+        raise UserError(f"cannot use {e.filename or 'a file'!r}: {e.strerror or e}") from None  # not the scheduler's
     except OSError as e:  # distributed's CommClosedError among them: the scheduler went while the run started
         first = str(e).splitlines()[0] if str(e) else ""
         raise UserError(f"lost the Dask scheduler ({type(e).__name__}: {first}); everything recorded is in the "

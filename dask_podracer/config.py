@@ -488,14 +488,14 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
         sections[name] = _dataclass_from(cls, raw, name)
     run, tournament = sections["run"], sections["tournament"]
     if "groups" in data:
+        raw_groups = data["groups"]
+        if not isinstance(raw_groups, list) or not raw_groups:
+            raise ConfigError(f"groups must be a non-empty list of tables ([[groups]]), got {_describe(raw_groups)}")
         for single in ("hparams", "search"):
             if single in data:
                 raise ConfigError(f"[{single}] belongs inside each [[groups]] table when [[groups]] are declared")
         if run.algorithm is not None:
             raise ConfigError("run.algorithm must be left out when [[groups]] are declared")
-        raw_groups = data["groups"]
-        if not isinstance(raw_groups, list) or not raw_groups:
-            raise ConfigError("groups must be a non-empty list of tables ([[groups]])")
         groups = tuple(_group(_table(g, f"groups[{i}]"), f"groups[{i}]", tournament) for i, g in enumerate(raw_groups))
         names = [g.name for g in groups]
         if len(set(names)) != len(names):
@@ -594,16 +594,28 @@ def _group(raw: Mapping[str, Any], prefix: str, tournament: TournamentConfig) ->
     info = algorithm_info(algorithm)
     hparams = dataclasses.asdict(_dataclass_from(info.config_cls, _table(raw.get("hparams", {}), f"{dot}hparams"),
                                                  f"{dot}hparams"))
+    _check_finite(hparams, f"{dot}hparams")
+    hints = typing.get_type_hints(info.config_cls)
     search: dict[str, Prior] = {}
     for key, prior in _table(raw.get("search", {}), f"{dot}search").items():
         if key not in hparams:
             raise ConfigError(f"unknown key {dot}search.{key}: not a hyper-parameter of {algorithm}")
         try:
             search[key] = parse_prior(prior, f"{dot}search.{key}")
-            sample = sample_hparams(hparams, {key: search[key]}, random.Random(0))
-            info.config_cls(**sample)
-        except (ValueError, TypeError) as e:
+        except ValueError as e:
             raise ConfigError(str(e) if str(e).startswith(f"{dot}search") else f"{dot}search.{key}: {e}") from None
+        for edge in search[key].edges():  # what any agent may draw, not only one seeded draw
+            try:
+                value = _coerce(edge, hints[key], key)
+                _check_finite({key: value}, f"{dot}hparams")
+                info.config_cls(**{**hparams, key: value})
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{dot}search.{key}: its prior can draw {edge!r}, and "
+                                  f"{str(e).removeprefix(f'{dot}hparams.')}") from None
+        try:  # and one draw, as sampling makes it
+            info.config_cls(**sample_hparams(hparams, {key: search[key]}, random.Random(0)))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{dot}search.{key}: {e}") from None
     bad = [p for p in tournament.perturb if p not in info.tunable]
     if bad:
         raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of {algorithm} "
@@ -613,8 +625,21 @@ def _group(raw: Mapping[str, Any], prefix: str, tournament: TournamentConfig) ->
     env_steps = _coerce(raw.get("env_steps", 0), int, f"{dot}env_steps")
     _require(env_steps >= 0, f"{dot}env_steps", ">= 0", env_steps)
     name = _coerce(raw.get("name", algorithm), str, f"{dot}name")
+    check_run_name(name, f"{dot}name")  # it names the group's agents, tables and directories
     return GroupConfig(name=name, algorithm=algorithm, hparams=hparams, search=search, weight=weight,
                        env_steps=env_steps)
+
+
+INFINITY_TURNS_OFF = frozenset({"rho_bar", "c_bar", "max_grad_norm", "target_noise_clip"})
+"""Hyper-parameters that may be inf: each is a clip or truncation that infinity turns off. Any other inf (a learning
+rate, a coefficient, a ratio) makes every segment fail after its cluster has started."""
+
+
+def _check_finite(hparams: Mapping[str, Any], prefix: str) -> None:
+    for name, value in hparams.items():
+        numbers = value if isinstance(value, (list, tuple)) else (value,)
+        finite = all(math.isfinite(v) for v in numbers if isinstance(v, float))
+        _require(finite or name in INFINITY_TURNS_OFF, f"{prefix}.{name}", "a finite number", value)
 
 
 def _table(raw: Any, name: str) -> Mapping[str, Any]:
@@ -681,9 +706,13 @@ def _coerce(value: Any, hint: Any, field: str) -> Any:
             return value
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            # torch, msgpack (Dask's messages) and numpy take 64 bits: a bigger one fails later, far from here
+            _require(-2**63 <= value < 2**63, field, "an integer of at most 64 bits", value)
             return value
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            _require(not (isinstance(value, float) and math.isnan(value)), field, "a number", value)
+            _require(isinstance(value, float) or abs(value) < 2**1023, field, "a number of at most 64 bits", value)
             return float(value)
     elif hint is str:
         if isinstance(value, str):

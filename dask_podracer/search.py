@@ -44,10 +44,20 @@ class Prior:
                                             for v in self.values):
             raise ValueError(f"{self.kind} needs [low, high], got {list(self.values)!r}")
         low, high = self.values
+        if not all(math.isfinite(v) for v in self.values):
+            raise ValueError(f"{self.kind} needs finite bounds, got {list(self.values)!r}")
+        if self.kind == "int_uniform" and not all(isinstance(v, int) for v in self.values):
+            raise ValueError(f"int_uniform needs integer bounds, got {list(self.values)!r}")
         if not low <= high:
             raise ValueError(f"{self.kind} needs low <= high, got {list(self.values)!r}")
         if self.kind == "log_uniform" and low <= 0:
             raise ValueError(f"log_uniform needs low > 0, got {low!r}")
+
+    def edges(self) -> tuple[Any, ...]:
+        """The values a draw can come closest to: a range's bounds (floats unless it is int_uniform), every option."""
+        if self.kind == "choice":
+            return tuple(_plain(v) for v in self.values)
+        return tuple(self.values) if self.kind == "int_uniform" else tuple(float(v) for v in self.values)
 
     def sample(self, rng: random.Random) -> Any:
         low, high = (self.values + (None, None))[:2]

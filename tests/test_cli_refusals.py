@@ -132,7 +132,7 @@ def test_checking_that_a_store_can_be_created_leaves_nothing_behind(tmp_path):
 @pytest.mark.parametrize("setting, says", [
     ('cluster.dashboard_address="not an address"', "cluster.dashboard_address must be"),
     ('cluster.dashboard_address="127.0.0.1:70000"', "cluster.dashboard_address must be"),
-    ("run.seed=1180591620717411303424", "run.seed must be an integer from 0 to 2**32 - 1"),
+    ("run.seed=4294967296", "run.seed must be an integer from 0 to 2**32 - 1"),
     ("run.seed=-1", "run.seed must be an integer from 0 to 2**32 - 1"),
     ("run.name=..", "run.name must be letters"),
     ("groups.0.hparams.gamma=0.9", "this config declares no [[groups]]"),
@@ -141,6 +141,49 @@ def test_settings_that_would_fail_later_are_refused_before_any_cluster(tmp_path,
     assert main(["train", PENDULUM, "--store", str(tmp_path / "s.zarr"), "--set", setting]) == EXIT_USAGE
     assert says in _error(capsys)
     assert not (tmp_path / "s.zarr").exists()
+
+
+BIG = "1180591620717411303424"  # 2**70
+
+
+@pytest.mark.parametrize("config, setting, says", [  # a config-key hunt's findings: each failed after the cluster
+    ("pendulum.toml", f"segment.torch_threads={BIG}", "segment.torch_threads must be an integer of at most 64 bits"),
+    ("pendulum.toml", f"tournament.retries={BIG}", "tournament.retries must be an integer of at most 64 bits"),
+    ("pendulum.toml", f"cluster.workers={BIG}", "cluster.workers must be an integer of at most 64 bits"),
+    ("pendulum.toml", f"hparams.buffer_size={BIG}", "hparams.buffer_size must be an integer of at most 64 bits"),
+    ("pendulum.toml", "hparams.buffer_size=10000000000", "cannot build the env and agents this config asks for"),
+    ("pendulum.toml", "hparams.utd_ratio=inf", "hparams.utd_ratio must be a finite number, got inf"),
+    ("pendulum.toml", "hparams.actor_lr=inf", "hparams.actor_lr must be a finite number"),
+    ("pendulum_ppo.toml", "hparams.log_std_init=nan", "hparams.log_std_init must be a number, got nan"),
+    ("impala_cartpole.toml", "hparams.learning_rate=inf", "hparams.learning_rate must be a finite number"),
+    ("pendulum.toml", "search.actor_lr={uniform=[0,inf]}", "search.actor_lr: uniform needs finite bounds"),
+    ("pendulum.toml", "search.gamma={uniform=[0.98,1.0001]}",
+     "search.gamma: its prior can draw 1.0001, and gamma must be in [0, 1]"),
+    ("pendulum.toml", "search.num_envs={int_uniform=[1,2.5]}", "int_uniform needs integer bounds"),
+    ("pendulum.toml", "search.num_envs={uniform=[1,4]}", "its prior can draw 1.0, and num_envs must be an integer"),
+    ("pendulum_mixed.toml", "groups.sac.name=../x", "groups[0].name must be letters"),
+    ("pendulum.toml", "groups=5", "groups must be a non-empty list of tables ([[groups]]), got int 5"),
+    ("pendulum.toml", "logging.mlflow=OUT/afile/ml", "cannot create the MLflow tracking store"),
+    ("stock_trading.toml", 'run.eval_env_kwargs={period="bogus"}',
+     "run.eval_env_kwargs {'period': 'bogus'} do not fit 'StockTrading-v0': period must be one of"),
+])
+def test_config_values_that_fail_every_segment_are_refused_before_any_cluster(tmp_path, capsys, no_cluster, config,
+                                                                               setting, says):
+    (tmp_path / "afile").write_text("a file, not a directory")
+    setting = setting.replace("OUT", str(tmp_path))
+    assert main(["train", f"workflows/configs/{config}", "--store", str(tmp_path / "s.zarr"), "--set", setting]) \
+        == EXIT_USAGE
+    assert says in _error(capsys)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_device_this_machine_lacks_is_refused_before_the_embedded_cluster_starts(tmp_path, capsys, no_cluster):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["train", PENDULUM, "--store", str(tmp_path / "s.zarr"), "--set", "segment.device=cuda"]) \
+        == EXIT_USAGE
+    assert "cannot use segment.device 'cuda' on this machine (the embedded cluster's)" in _error(capsys)
 
 
 @pytest.mark.parametrize("option", ["--store", "--tensorboard", "--json"])
@@ -159,17 +202,6 @@ def test_tensorboard_writes_only_under_its_out_directory(tmp_path, capsys, name)
     assert main(["tensorboard", store.url, "--out", str(out), "--name", name]) == EXIT_USAGE
     assert "--name must be letters" in _error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
-
-
-def test_a_run_its_workers_refuse_leaves_no_store_behind(tmp_path, capsys):
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this machine's workers can use CUDA")
-    store = tmp_path / "s.zarr"
-    assert main(["train", PENDULUM, "--store", str(store), "--quiet", "--set", "segment.device=cuda",
-                 "cluster.workers=1", 'cluster.dashboard_address="127.0.0.1:0"']) == EXIT_USAGE
-    assert "cannot use segment.device 'cuda'" in _error(capsys)
-    assert not store.exists()
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -29,7 +29,7 @@ def check_constructs(config: Config) -> None:
     run = config.run
     env = _built(run.env, run.env_kwargs, "run.env_kwargs")
     if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
-        _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs")
+        _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs", run.eval_env_kwargs)
     for group in config.groups:
         _check_agent_count(group.name, group.algorithm, run.env, env)
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
@@ -44,13 +44,15 @@ def _check_agent_count(group: str, algorithm: str, env_name: str, env) -> None:
                           f"{kind[multi]}; pair a {kind[multi]} algorithm with it (see docs/multi_agent.md)")
 
 
-def _built(env: str, kwargs: dict, field: str):
+def _built(env: str, kwargs: dict, field: str, given: dict | None = None):
+    """The env built with `kwargs`; a ConfigError naming `field` and what it gave (`given`, else `kwargs`)."""
     try:
         return make_vec_env(env, 1, device="cpu", **kwargs)
-    except TypeError as e:
-        if not kwargs:
+    except (TypeError, ValueError) as e:  # an unknown keyword; a value the env refuses, named here for the eval env's
+        if not kwargs or isinstance(e, ConfigError) or (isinstance(e, ValueError) and given is None):
             raise
-        raise ConfigError(f"{field} {kwargs} do not fit {env!r}: {e}") from None
+        raise ConfigError(f"{field} {kwargs if given is None else given} do not fit {env!r}: {first_line(e)}") \
+            from None
 
 
 def check_store_fits(config: Config) -> None:
@@ -165,7 +167,7 @@ def _probe_worker(config: Config) -> str | None:
     try:
         PodracerStore(config.store_url).check_access(uuid.uuid4().hex[:12])
     except StoreError as e:
-        return f"cannot use the store '{config.store_url}': {_first_line(e)}"
+        return f"cannot use the store '{config.store_url}': {first_line(e)}"
     device = worker_device() if config.segment.device == "auto" else config.segment.device
     try:
         usable_device(device)
@@ -174,7 +176,7 @@ def _probe_worker(config: Config) -> str | None:
     try:
         check_constructs(config)
     except (ValueError, ImportError, TypeError) as e:
-        return f"cannot build env {config.run.env!r} and its agents: {type(e).__name__}: {_first_line(e)}"
+        return f"cannot build env {config.run.env!r} and its agents: {type(e).__name__}: {first_line(e)}"
     return None
 
 
@@ -195,7 +197,7 @@ def check_workers(client: Client, config: Config) -> None:
             raise ClusterError(f"worker {worker} {answer}")
         if isinstance(answer, BaseException) and not isinstance(answer, OSError):  # OSError: it died meanwhile
             raise ClusterError(f"worker {worker} failed its preflight: {type(answer).__name__}: "
-                               f"{_first_line(answer)}")
+                               f"{first_line(answer)}")
 
 
 def check_segment_slots(config: Config, slots: Slots) -> None:
@@ -220,5 +222,6 @@ def check_segment_slots(config: Config, slots: Slots) -> None:
                           f"the pool to the cluster)")
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """An error's first line (torch's carry a C++ stack after it), or its type's name when it says nothing."""
     return str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -46,7 +46,11 @@ def require_mlflow(tracking_uri: str) -> None:
 
 class MLflowLog:
     def __init__(self, uri: str, experiment: str, store_url: str, origin: float) -> None:
-        tracking_uri, artifacts = resolve_uri(uri)
+        try:
+            tracking_uri, artifacts = resolve_uri(uri)
+        except OSError as e:  # a directory that cannot be made: under a file, in /proc, without permission
+            raise TrackingError(f"cannot create the MLflow tracking store {uri!r}: {e.strerror or e} "
+                                f"({e.filename})") from None
         require_mlflow(tracking_uri)
         from mlflow.tracking import MlflowClient
 

@@ -41,7 +41,9 @@ def usable_device(device: str) -> torch.device:
         resolved = resolve_device(device)
         torch.empty(1, device=resolved)
     except (RuntimeError, AssertionError) as e:  # AssertionError: torch built without CUDA
-        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        # torch's missing-backend errors run on with a list of every backend: its first sentence says it
+        raise ValueError(line.split(". ")[0] if len(line) > 200 else line) from None
     return resolved
 
 
