@@ -7,6 +7,7 @@ replayed in a fresh Python process that never imports dask_podracer.
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -239,6 +240,7 @@ def _workflow(name: str):
     ("chaos.py", ["--kill-every", "8", "15"], "chaos: error: --kill-every takes SECONDS (the check: positive"),
     ("chaos.py", ["--soak", "1", "--kill-every", "15", "8"], "chaos: error: --kill-every takes MIN MAX (the soak"),
     ("replay_champion.py", ["nowhere"], "replay_champion: error: cannot read nowhere/card.json: No such file"),
+    ("chaos.py", ["--verify", "nowhere.zarr"], "chaos: error: --verify nowhere.zarr: no podracer store there"),
 ])
 def test_workflow_scripts_refuse_bad_arguments_in_one_line_before_any_work(name, args, said, tmp_path, monkeypatch,
                                                                            capsys):
@@ -247,3 +249,34 @@ def test_workflow_scripts_refuse_bad_arguments_in_one_line_before_any_work(name,
     err = capsys.readouterr().err
     assert err.startswith(said) and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []  # no store, no cluster's files, no report
+
+
+@pytest.mark.parametrize("name, args, said", [  # a bad-input hunt of 2026-11-29 found each a traceback
+    ("evaluate_top.py", ["s.zarr", "--out", "afile/report"], "evaluate_top: error: --out afile/report: there is no "
+                                                              "directory 'afile' to write it in"),
+    ("export_champion.py", ["s.zarr", "afile"], "export_champion: error: cannot write into afile: 'afile' is a file"),
+    ("export_champion.py", ["s.zarr", "afile/sub"], "export_champion: error: cannot write into afile/sub: 'afile' is"),
+    ("export_champion.py", ["s.zarr", "out", "--key", "../../etc"], "export_champion: error: invalid checkpoint key"),
+    ("clusters.py", ["local", str(ROOT / "workflows/configs/pendulum.toml"), "--store", "afile/c.zarr"],
+     "clusters: error: cannot create store"),
+])
+def test_workflow_scripts_refuse_paths_they_cannot_use_before_any_work(name, args, said, tmp_path, monkeypatch,
+                                                                       capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("a file, not a directory")
+    PodracerStore(tmp_path / "s.zarr", create=True)
+    assert _workflow(name).main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "s.zarr"]
+
+
+def test_the_kubernetes_workflow_without_credentials_says_so_in_one_line(tmp_path):
+    pytest.importorskip("dask_kubernetes")
+    config = ROOT / "workflows/configs/pendulum.toml"
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}  # no credentials anywhere
+    run = subprocess.run([sys.executable, str(WORKFLOWS / "clusters.py"), "kubernetes", str(config), "--store",
+                          str(tmp_path / "k.zarr")], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("clusters: error: cannot make the kubernetes cluster") and \
+        run.stderr.count("\n") == 1, run.stderr

@@ -612,6 +612,11 @@ def verify_in_fresh_process(store: Path, evidence: Path) -> dict:
 
 def verify_command(args: argparse.Namespace) -> int:
     evidence = json.loads(Path(args.evidence).read_text()) if args.evidence else {}
+    from dask_podracer.store import PodracerStore
+
+    if not PodracerStore.exists(args.verify):
+        print(f"chaos: error: --verify {args.verify}: no podracer store there", file=sys.stderr)
+        return 2
     report = verify_store(Path(args.verify), evidence)
     print(json.dumps(report))
     return 0 if not report["problems"] else 1

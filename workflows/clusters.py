@@ -31,7 +31,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from dask_podracer.config import ConfigError, load_config
-from dask_podracer.population import run_tournament
+from dask_podracer.store import StoreError
+from dask_podracer.population import ClusterError, check_without_cluster, run_tournament
 from dask_podracer.population.cluster import CPU, GPU
 
 if TYPE_CHECKING:
@@ -127,6 +128,19 @@ def make_cluster(kind: str, workers: int) -> Cluster:
     raise ValueError(f"unknown cluster kind {kind!r}: local, cuda, slurm or kubernetes")
 
 
+def _forget_failed_kube_cluster() -> None:
+    """dask-kubernetes registers every KubeCluster it starts making with an atexit reaper, which closes it at
+    exit; one that failed for want of credentials fails again there, with a traceback after our one-line error.
+    Nothing was made, so nothing needs reaping."""
+    import atexit
+
+    try:
+        from dask_kubernetes.operator.kubecluster import kubecluster
+    except ImportError:
+        return
+    atexit.unregister(kubecluster.reap_clusters)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=["local", "cuda", "slurm", "kubernetes"])
@@ -143,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         overrides = {k: v for k, v in {"budget": args.budget, "store": args.store}.items() if v}
         config = config.replace(**overrides) if overrides else config
-    except ConfigError as e:
+        check_without_cluster(config)  # before a cluster is asked of Slurm or Kubernetes
+    except (ConfigError, StoreError) as e:
         print(f"clusters: error: {e}", file=sys.stderr)
         return 2
     try:
@@ -152,11 +167,20 @@ def main(argv: list[str] | None = None) -> int:
         package = (e.name or "its package").split(".")[0]  # dask_kubernetes, not dask_kubernetes.operator
         print(f"clusters: error: {args.kind} needs {package}: pip install it first", file=sys.stderr)
         return 2
+    except (ValueError, OSError, RuntimeError) as e:  # no Kubernetes credentials, no sbatch, ...
+        line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        _forget_failed_kube_cluster()
+        print(f"clusters: error: cannot make the {args.kind} cluster: {type(e).__name__}: {line}", file=sys.stderr)
+        return 2
     from distributed import Client
 
-    with cluster, Client(cluster) as client:
-        print(f"{args.kind} cluster: dashboard {client.dashboard_link}", flush=True)
-        summary = run_tournament(config, client)
+    try:
+        with cluster, Client(cluster) as client:
+            print(f"{args.kind} cluster: dashboard {client.dashboard_link}", flush=True)
+            summary = run_tournament(config, client)
+    except (ConfigError, StoreError, ClusterError) as e:
+        print(f"clusters: error: {e}", file=sys.stderr)
+        return 2
     if args.json:
         import json
         from pathlib import Path

@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             print(f"evaluate_top: error: --{name} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
             return 2
+    out_dir = Path(args.out).parent
+    if not out_dir.is_dir():  # before the evaluation, not after it
+        print(f"evaluate_top: error: --out {args.out}: there is no directory {str(out_dir)!r} to write it in",
+              file=sys.stderr)
+        return 2
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)
     try:

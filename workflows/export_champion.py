@@ -176,11 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1:
         print(f"export_champion: error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
         return 2
+    out = Path(args.out)
+    blocker = next((p for p in (out, *out.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():  # before the evaluation, not after it
+        print(f"export_champion: error: cannot write into {args.out}: {str(blocker)!r} is a file, not a directory",
+              file=sys.stderr)
+        return 2
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
     try:
-        card = export(PodracerStore(args.store), Path(args.out), args.key, episodes=args.episodes, env=args.env)
-    except (StoreError, StoredEnvRefused) as e:
+        card = export(PodracerStore(args.store), out, args.key, episodes=args.episodes, env=args.env)
+    except (StoreError, StoredEnvRefused, ValueError) as e:  # ValueError: a malformed --key
         print(f"export_champion: error: {e}", file=sys.stderr)
         return 2
     print(f"exported {card['key']} ({card['algorithm']} on {card['env']}, score {card['score']:.1f}) to {args.out}")

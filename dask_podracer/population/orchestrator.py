@@ -117,20 +117,7 @@ def run_tournament(config: Config, client: Client | None = None,
     segment on a worker (benchmarks inject a stand-in that only sleeps); `poll_seconds` is how often the
     cluster's capacity and the budget are checked.
     """
-    try:  # before a cluster starts: none of these needs one to be found
-        check_constructs(config)
-    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
-        raise ConfigError(f"{config.source}: {first_line(e)}") from None
-    except (RuntimeError, MemoryError) as e:  # torch cannot allocate what the hparams ask for (a buffer, a layer)
-        raise ConfigError(f"{config.source}: cannot build the env and agents this config asks for on this machine: "
-                          f"{type(e).__name__}: {first_line(e)}") from None
-    if client is None and scheduler is None and config.segment.device != "auto":
-        try:  # the embedded cluster's workers are this machine's processes: what it lacks, they lack
-            usable_device(config.segment.device)
-        except ValueError as e:
-            raise ConfigError(f"{config.source}: cannot use segment.device {config.segment.device!r} on this machine "
-                              f"(the embedded cluster's): {first_line(e)}") from None
-    check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
+    check_without_cluster(config, embedded=client is None and scheduler is None)
     try:
         trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
     except TrackingError as e:  # names the directory or tracking store, as given in [logging] or on the command line
@@ -154,6 +141,27 @@ def run_tournament(config: Config, client: Client | None = None,
         if on_start is not None:
             on_start(active)
         return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
+
+
+def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
+    """Everything about `config` that can be known before a cluster starts: the env and agents construct here, a
+    store it names can be created or continued by it and, for an `embedded` cluster (this machine's processes),
+    `segment.device` is usable here. A `ConfigError` or `StoreError`, one line, when not. `run_tournament` calls
+    it first; a script that makes its own cluster calls it before making it."""
+    try:  # before a cluster starts: none of these needs one to be found
+        check_constructs(config)
+    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
+        raise ConfigError(f"{config.source}: {first_line(e)}") from None
+    except (RuntimeError, MemoryError) as e:  # torch cannot allocate what the hparams ask for (a buffer, a layer)
+        raise ConfigError(f"{config.source}: cannot build the env and agents this config asks for on this machine: "
+                          f"{type(e).__name__}: {first_line(e)}") from None
+    if embedded and config.segment.device != "auto":
+        try:  # the embedded cluster's workers are this machine's processes: what it lacks, they lack
+            usable_device(config.segment.device)
+        except ValueError as e:
+            raise ConfigError(f"{config.source}: cannot use segment.device {config.segment.device!r} on this machine "
+                              f"(the embedded cluster's): {first_line(e)}") from None
+    check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
 
 
 @contextlib.contextmanager
