@@ -43,7 +43,7 @@ def import_from_working_directory() -> None:
         sys.path.insert(0, cwd)
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse's errors in one line, as every other error of `podracer`: the usage block is behind --help."""
 
     def error(self, message: str):
@@ -51,7 +51,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="podracer", description="Population training of deep-RL agents on Dask.")
+    parser = OneLineArgumentParser(prog="podracer", description="Population training of deep-RL agents on Dask.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="run or resume a tournament", description=(

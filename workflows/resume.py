@@ -17,11 +17,12 @@ import argparse
 import datetime
 import sys
 
+from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.cli import main as podracer
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="the tournament's TOML config (its run.name names the default store)")
     parser.add_argument("--store", help="Zarr store path or URL (default: the config's run.store)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
