@@ -100,6 +100,15 @@ def segment_that_kills_its_worker_first(spec):
     return segment_task(spec)
 
 
+def segment_that_outlasts_the_budget(spec, seconds: float = 6.0):
+    """A segment function that ignores the seconds it is given: it runs `seconds`, then fails (were it ever
+    recorded, its failure would say so)."""
+    import time
+
+    time.sleep(seconds)
+    raise RuntimeError("this segment outlasted its budget and was still recorded")
+
+
 def segment_that_damages_its_checkpoint_then_dies(spec):
     """A segment function for a real cluster: the first segment (key s000000-...) trains and saves for real,
     rewrites its saved score (leaving the checksum), and SIGKILLs its worker, once: a worker that died after

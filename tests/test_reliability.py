@@ -9,10 +9,10 @@ import pytest
 from distributed import LocalCluster
 
 from dask_podracer.config import ClusterConfig, ConfigError, config_from_dict
-from dask_podracer.population import ClusterError, embedded_client, run_tournament
+from dask_podracer.population import ClusterError, embedded_client, orchestrator, run_tournament
 from dask_podracer.store import PodracerStore
 from dask_podracer.train import SegmentSpec, load_agent, run_segment
-from helpers import segment_that_kills_its_worker_first
+from helpers import segment_that_kills_its_worker_first, segment_that_outlasts_the_budget
 
 pytestmark = pytest.mark.slow
 
@@ -255,3 +255,15 @@ def test_an_unguarded_script_gets_the_main_guard_named_not_a_multiprocessing_tra
     # the worker process said so too, before multiprocessing could fail in its own words
     assert "ClusterError: an embedded LocalCluster cannot start while a worker imports the script" in run.stderr
     assert not (tmp_path / "u.zarr").exists()  # nothing was stored
+
+
+def test_segments_still_running_after_the_budget_and_its_grace_are_cancelled_and_the_run_ends(client, tmp_path,
+                                                                                              monkeypatch):
+    # distributed's wait() raises at its timeout: the run used to end in a TimeoutError, which the CLI took for a
+    # lost scheduler, whenever a segment ran past the budget's grace (a long evaluation, an endless iteration)
+    monkeypatch.setattr(orchestrator, "BUDGET_GRACE_SECONDS", 1.0)
+    summary = run_tournament(tiny(tmp_path / "late.zarr", budget="2s"), client,
+                             segment_fn=segment_that_outlasts_the_budget)
+    assert summary.stop_reason == "budget"
+    assert summary.segments_completed == 0 and summary.segments_failed == 0  # cancelled, not recorded as failed
+    assert summary.wall_seconds < 6.0  # it did not wait for them

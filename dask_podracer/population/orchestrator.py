@@ -43,6 +43,9 @@ from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs, u
 log = logging.getLogger(__name__)
 
 SegmentFunction = Callable[[SegmentSpec], SegmentResult]
+BUDGET_GRACE_SECONDS = 30.0
+"""After a budget stop, how long segments still running may take to end and be recorded (each was capped at the
+budget, but its evaluation comes after the cap); whatever is running then is cancelled."""
 FLUSH_SECONDS = 1.0
 """Tables are written at most this often (and when the run stops). A client killed in between loses
 no checkpoint: the next invocation finds the ones the history does not record and records them."""
@@ -536,8 +539,12 @@ class _Loop:
         """After a budget stop, collect segments that end within a few seconds (they were capped at the
         budget); cancel whatever is left."""
         if self.stop_reason == "budget" and self.futures:
-            done, _ = wait([f for f, _ in self.futures.values()], timeout=30)
-            for future in [f for f, _ in list(self.futures.values()) if f in done]:
+            running = [f for f, _ in self.futures.values()]
+            # distributed's `wait` raises at its timeout rather than returning the unfinished: a segment still
+            # running then (a long evaluation, a first iteration that never ends) is cancelled below
+            with contextlib.suppress(TimeoutError):
+                wait(running, timeout=BUDGET_GRACE_SECONDS)
+            for future in [f for f in running if f.done()]:
                 outcome = future.result() if future.status == "finished" else future.exception()
                 self._segment_ended(future, outcome)  # recorded; a stopped machine starts nothing new
         if self.futures:
