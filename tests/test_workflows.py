@@ -280,3 +280,16 @@ def test_the_kubernetes_workflow_without_credentials_says_so_in_one_line(tmp_pat
     assert run.returncode == 2, run.stderr
     assert run.stderr.startswith("clusters: error: cannot make the kubernetes cluster") and \
         run.stderr.count("\n") == 1, run.stderr
+
+
+ARGUMENT_ERRORS = [("evaluate_top.py", ["s.zarr", "--top", "x"]), ("export_champion.py", []), ("backtest.py", []),
+                   ("clusters.py", ["nowhere", "c.toml"]), ("resume.py", ["c.toml", "--budget"])]
+
+
+@pytest.mark.parametrize("name, args", ARGUMENT_ERRORS)
+def test_workflow_scripts_argument_errors_are_one_line(name, args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _workflow(name).main(args)
+    err = capsys.readouterr().err
+    # the program's name is sys.argv[0]'s: the script's when run, pytest's here
+    assert exit_.value.code == 2 and re.fullmatch(r"\S+: error: .+ \(see \S+ --help\)\n", err), err

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.envs import StoredEnvRefused, canonical_env_name, make_vec_env
 from dask_podracer.envs.trading import PERIODS, MarketDataError
 from dask_podracer.envs.trading.backtest import backtest
@@ -92,7 +93,7 @@ def plot(result: dict, out: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store")
     parser.add_argument("key", nargs="?", help="a checkpoint key; default: the leaderboard's champion")
     parser.add_argument("--json", dest="json_out", metavar="OUT", help="write the figures and curves as JSON")

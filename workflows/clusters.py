@@ -30,6 +30,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.config import ConfigError, load_config
 from dask_podracer.store import StoreError
 from dask_podracer.population import ClusterError, check_without_cluster, run_tournament
@@ -142,7 +143,7 @@ def _forget_failed_kube_cluster() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=["local", "cuda", "slurm", "kubernetes"])
     parser.add_argument("config")
     parser.add_argument("--workers", type=int, default=2)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import StoredEnvRefused, make_vec_env
 from dask_podracer.store import PodracerStore, StoreError
@@ -38,7 +39,7 @@ def report(store: PodracerStore, top: int, episodes: int, seed: int, env: str | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--episodes", type=int, default=20)

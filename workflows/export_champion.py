@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_c
 from replay_champion import play  # noqa: E402
 from team_policies import agent_policies  # noqa: E402
 
+from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import GymVecEnv, StoredEnvRefused, make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
@@ -163,7 +164,7 @@ def _in_history(store: PodracerStore, key: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store", help="Zarr store path or URL")
     parser.add_argument("out", help="directory to write policy.pt and card.json into")
     parser.add_argument("--key", help="a checkpoint key (default: the leaderboard's best)")
