@@ -35,6 +35,7 @@ from dask_podracer.config import ConfigError, load_config
 from dask_podracer.store import StoreError
 from dask_podracer.population import ClusterError, check_without_cluster, run_tournament
 from dask_podracer.population.cluster import CPU, GPU
+from dask_podracer.population.preflight import first_line
 
 if TYPE_CHECKING:
     from dask_jobqueue import SLURMCluster
@@ -169,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clusters: error: {args.kind} needs {package}: pip install it first", file=sys.stderr)
         return 2
     except (ValueError, OSError, RuntimeError) as e:  # no Kubernetes credentials, no sbatch, ...
-        line = str(e).splitlines()[0] if str(e) else type(e).__name__
         _forget_failed_kube_cluster()
-        print(f"clusters: error: cannot make the {args.kind} cluster: {type(e).__name__}: {line}", file=sys.stderr)
+        print(f"clusters: error: cannot make the {args.kind} cluster: {type(e).__name__}: {first_line(e)}",
+              file=sys.stderr)
         return 2
     from distributed import Client
 

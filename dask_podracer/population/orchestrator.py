@@ -26,8 +26,7 @@ from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots,
 from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import (Holders, ReplaySources, checkpoints_to_keep, collect,
                                                  missed_records, own_lines)
-from dask_podracer.population.preflight import (check_constructs, check_resources, check_store_fits, check_workers,
-                                                first_line)
+from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.run_lease import this_client
 from dask_podracer.population.task_keys import segment_key, task_key
@@ -38,7 +37,7 @@ from dask_podracer.population.tournament import (BudgetReached, CapacityChanged,
 from dask_podracer.store import ChecksumError, PodracerStore, StoreError
 from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 from dask_podracer.tracking import Trackers, TrackingError, open_trackers, state_origin
-from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs, usable_device
+from dask_podracer.train import SegmentResult, SegmentSpec, result_from_attrs
 
 log = logging.getLogger(__name__)
 
@@ -144,27 +143,6 @@ def run_tournament(config: Config, client: Client | None = None,
         if on_start is not None:
             on_start(active)
         return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
-
-
-def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
-    """Everything about `config` that can be known before a cluster starts: the env and agents construct here, a
-    store it names can be created or continued by it and, for an `embedded` cluster (this machine's processes),
-    `segment.device` is usable here. A `ConfigError` or `StoreError`, one line, when not. `run_tournament` calls
-    it first; a script that makes its own cluster calls it before making it."""
-    try:  # before a cluster starts: none of these needs one to be found
-        check_constructs(config)
-    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
-        raise ConfigError(f"{config.source}: {first_line(e)}") from None
-    except (RuntimeError, MemoryError) as e:  # torch cannot allocate what the hparams ask for (a buffer, a layer)
-        raise ConfigError(f"{config.source}: cannot build the env and agents this config asks for on this machine: "
-                          f"{type(e).__name__}: {first_line(e)}") from None
-    if embedded and config.segment.device != "auto":
-        try:  # the embedded cluster's workers are this machine's processes: what it lacks, they lack
-            usable_device(config.segment.device)
-        except ValueError as e:
-            raise ConfigError(f"{config.source}: cannot use segment.device {config.segment.device!r} on this machine "
-                              f"(the embedded cluster's): {first_line(e)}") from None
-    check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
 
 
 @contextlib.contextmanager

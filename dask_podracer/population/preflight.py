@@ -22,6 +22,7 @@ from dask_podracer.envs.registry import same_env
 from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.run_lease import check_no_run_going
 from dask_podracer.store import PodracerStore, StoreError
+from dask_podracer.train import usable_device
 
 
 def check_constructs(config: Config) -> None:
@@ -33,6 +34,27 @@ def check_constructs(config: Config) -> None:
     for group in config.groups:
         _check_agent_count(group.name, group.algorithm, run.env, env)
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
+    """Everything about `config` that can be known before a cluster starts: the env and agents construct here, a
+    store it names can be created or continued by it and, for an `embedded` cluster (this machine's processes),
+    `segment.device` is usable here. A `ConfigError` or `StoreError`, one line, when not. `run_tournament` calls
+    it first; a script that makes its own cluster calls it before making it."""
+    try:  # before a cluster starts: none of these needs one to be found
+        check_constructs(config)
+    except (ValueError, ImportError, TypeError) as e:  # e.g. a MuJoCo env without the mujoco extra
+        raise ConfigError(f"{config.source}: {first_line(e)}") from None
+    except (RuntimeError, MemoryError) as e:  # torch cannot allocate what the hparams ask for (a buffer, a layer)
+        raise ConfigError(f"{config.source}: cannot build the env and agents this config asks for on this machine: "
+                          f"{type(e).__name__}: {first_line(e)}") from None
+    if embedded and config.segment.device != "auto":
+        try:  # the embedded cluster's workers are this machine's processes: what it lacks, they lack
+            usable_device(config.segment.device)
+        except ValueError as e:
+            raise ConfigError(f"{config.source}: cannot use segment.device {config.segment.device!r} on this machine "
+                              f"(the embedded cluster's): {first_line(e)}") from None
+    check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
 
 
 def _check_agent_count(group: str, algorithm: str, env_name: str, env) -> None:
@@ -161,8 +183,6 @@ def _probe_worker(config: Config) -> str | None:
     import uuid
 
     from dask_podracer.population.worker_slot import worker_device
-    from dask_podracer.store import PodracerStore
-    from dask_podracer.train import usable_device
 
     try:
         PodracerStore(config.store_url).check_access(uuid.uuid4().hex[:12])
