@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,10 +45,29 @@ def import_from_working_directory() -> None:
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse's errors in one line, as every other error of `podracer`: the usage block is behind --help."""
+    """argparse's errors in one line, as every other error of `podracer`: the usage block is behind --help.
+
+    A value that starts with a minus and a digit (`--budget -5s`, `--top -3`) is given to its option, so the
+    option's own check names what is wrong with it; argparse alone would take it for an unknown option and say
+    the option is missing its value."""
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._attach_negative_values(args), namespace)
+
+    def _attach_negative_values(self, args: list[str]) -> list[str]:
+        attached: list[str] = []
+        for arg in args:
+            action = self._option_string_actions.get(attached[-1]) if attached else None
+            if (action is not None and action.nargs is None and action.option_strings
+                    and re.match(r"-[0-9.]", arg) and arg not in self._option_string_actions):
+                attached[-1] = f"{attached[-1]}={arg}"
+            else:
+                attached.append(arg)
+        return attached
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -773,8 +773,18 @@ def parse_duration(text: str | float, field: str = "duration") -> float:
         elif s and match and any(match.groups()):
             h, m, sec = (float(g) if g else 0.0 for g in match.groups())
             seconds = 3600 * h + 60 * m + sec
+        elif s.startswith("-") and _is_duration(s[1:]):
+            seconds = -1.0  # refused below as not positive, which is what is wrong with it
         else:
             raise ConfigError(f"{field} must be a duration such as 90s, 10m or 1h30m, got {text!r}")
     if not seconds > 0 or not math.isfinite(seconds):
         raise ConfigError(f"{field} must be a positive duration, got {text!r}")
     return seconds
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except ConfigError:
+        return False
+    return True

@@ -216,3 +216,14 @@ def test_argument_errors_are_one_line_pointing_at_help(capsys, argv, says):
     assert exit_.value.code == EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(says) and err.endswith("--help)"), err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", PENDULUM, "--budget", "-5s"], "--budget must be a positive duration, got '-5s'"),
+    (["leaderboard", "s.zarr", "--top", "-3"], "--top must be >= 0"),
+    (["check-env", "Pendulum-v1", "--num-envs", "-2"], "--num-envs must be >= 1, got -2"),
+])
+def test_a_negative_value_is_its_options_and_refused_by_its_check(capsys, argv, says):
+    # argparse alone takes "-5s" for an unknown option and says --budget is missing its value
+    assert main(argv) == EXIT_USAGE
+    assert says in _error(capsys)

@@ -283,7 +283,8 @@ def test_the_kubernetes_workflow_without_credentials_says_so_in_one_line(tmp_pat
 
 
 ARGUMENT_ERRORS = [("evaluate_top.py", ["s.zarr", "--top", "x"]), ("export_champion.py", []), ("backtest.py", []),
-                   ("clusters.py", ["nowhere", "c.toml"]), ("resume.py", ["c.toml", "--budget"])]
+                   ("clusters.py", ["nowhere", "c.toml"]), ("resume.py", ["c.toml", "--budget"]),
+                   ("chaos.py", ["--workers"]), ("replay_champion.py", [])]
 
 
 @pytest.mark.parametrize("name, args", ARGUMENT_ERRORS)

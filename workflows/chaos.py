@@ -57,6 +57,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dask_podracer.cli import OneLineArgumentParser
+
 CONFIG = """
 [run]
 env = "Pendulum-v1"
@@ -847,7 +849,7 @@ def soak(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--segments", type=int, default=12, help="segments the resumed client runs (the check)")
     p.add_argument("--kill-every", type=float, nargs="+", metavar="SECONDS",

@@ -72,8 +72,16 @@ def refusal(card: dict, named: str | None) -> str | None:
     return None
 
 
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse's errors in one line, as podracer's are. Not imported from dask_podracer.cli: this script
+    runs where dask_podracer is not installed."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("champion", help="the directory export_champion.py wrote (policy.pt, card.json)")
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     parser.add_argument("--env", help="the champion's env; needed for an env of your own ('my_envs:Arm'), whose "
