@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dask_podracer import __version__  # the package's __init__ holds only the version: it loads nothing
+
 if TYPE_CHECKING:  # the CLI imports the library lazily, so `podracer --help` loads neither torch nor zarr
     from dask_podracer.store.records import LeaderboardEntry
 
@@ -72,6 +74,7 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog="podracer", description="Population training of deep-RL agents on Dask.")
+    parser.add_argument("--version", action="version", version=f"podracer {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     train = commands.add_parser("train", help="run or resume a tournament", description=(
@@ -84,7 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate of a TLS-secured scheduler")
     train.add_argument("--tls-cert", metavar="PEM", help="this client's certificate (with --scheduler tls://...)")
     train.add_argument("--tls-key", metavar="PEM", help="this client's private key")
-    train.add_argument("--budget", metavar="DURATION", help="wall-clock budget, e.g. 90s, 10m, 1h (overrides run.budget)")
+    train.add_argument("--budget", metavar="DURATION",
+                       help="wall-clock budget, e.g. 90s, 10m, 1h (overrides run.budget)")
     train.add_argument("--json", metavar="SUMMARY", help="write a run summary as JSON to this file")
     train.add_argument("--quiet", action="store_true", help="print only the final summary")
     train.add_argument("--tensorboard", metavar="DIR",

@@ -4,6 +4,7 @@ named, or (gc during a run) a deleted leaderboard checkpoint."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import socket
 import subprocess
 import sys
@@ -227,3 +228,10 @@ def test_a_negative_value_is_its_options_and_refused_by_its_check(capsys, argv, 
     # argparse alone takes "-5s" for an unknown option and says --budget is missing its value
     assert main(argv) == EXIT_USAGE
     assert says in _error(capsys)
+
+
+def test_version_is_the_installed_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"podracer {importlib.metadata.version('dask-podracer')}"
