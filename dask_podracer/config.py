@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -60,6 +61,7 @@ class RunConfig:
     """Seeds the generator and every segment (segment i uses a seed derived from it); 0 to 2**32 - 1."""
 
     def __post_init__(self) -> None:
+        _check_field_types(self, "run")
         known = self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env))
         _require(known, "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv "
                  f"or gymnasium Env as '<module>:<name>'", self.env)
@@ -141,7 +143,7 @@ class TournamentConfig:
     diverged segment's too). A worker that dies mid-segment is cluster.allowed_failures' business."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "perturb", tuple(self.perturb))
+        _check_field_types(self, "tournament")
         _require(self.strategy in STRATEGIES, "tournament.strategy", f"one of {list(STRATEGIES)}", self.strategy)
         _require(self.pool_size >= 0, "tournament.pool_size", ">= 0", self.pool_size)
         _require(self.pending >= 0, "tournament.pending", ">= 0", self.pending)
@@ -184,6 +186,21 @@ class GroupConfig:
     env_steps: int = 0
     """Env steps per segment for this group; 0 uses segment.env_steps."""
 
+    def __post_init__(self) -> None:
+        # what a group built in Python could get wrong, checked as `_group` checks a file's (its priors are
+        # checked there only: a Prior is made by parse_prior, from a file's or a dict's table)
+        prefix = f"groups[{self.name!r}]"
+        _check_field_types(self, prefix)
+        check_run_name(self.name, f"{prefix}.name")  # it names the group's agents, tables and directories
+        _require(self.algorithm in registered_algorithms(), f"{prefix}.algorithm", f"one of {registered_algorithms()}",
+                 self.algorithm)
+        _require(self.weight > 0 and math.isfinite(self.weight), f"{prefix}.weight", "> 0", self.weight)
+        _require(self.env_steps >= 0, f"{prefix}.env_steps", ">= 0", self.env_steps)
+        checked = _dataclass_from(algorithm_info(self.algorithm).config_cls, _table(self.hparams, f"{prefix}.hparams"),
+                                  f"{prefix}.hparams")
+        object.__setattr__(self, "hparams", dataclasses.asdict(checked))  # every field filled in, as `_group`'s
+        _check_finite(self.hparams, f"{prefix}.hparams")
+
 
 @dataclasses.dataclass(frozen=True)
 class SegmentConfig:
@@ -200,6 +217,7 @@ class SegmentConfig:
     this many cores (`cluster.workers = 0`)."""
 
     def __post_init__(self) -> None:
+        _check_field_types(self, "segment")
         _require(self.env_steps >= 0, "segment.env_steps", ">= 0", self.env_steps)
         _require(self.seconds >= 0, "segment.seconds", ">= 0", self.seconds)
         _require(self.env_steps > 0 or self.seconds > 0, "segment.env_steps",
@@ -257,6 +275,7 @@ class ClusterConfig:
         return self.gpu_sharing == "threads" and self.segments_per_gpu > 1
 
     def __post_init__(self) -> None:
+        _check_field_types(self, "cluster")
         _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
                  self.resource)
         _require(self.capacity_timeout > 0, "cluster.capacity_timeout", "> 0", self.capacity_timeout)
@@ -293,6 +312,7 @@ class ActorsConfig:
     actors outpace then drops stale rollouts and waits for fresh ones)."""
 
     def __post_init__(self) -> None:
+        _check_field_types(self, "actors")
         _require(self.workers >= 1, "actors.workers", ">= 1", self.workers)
         _require(self.max_in_flight >= 0, "actors.max_in_flight", ">= 0 (0: no bound)", self.max_in_flight)
         _require(self.max_policy_lag >= 1, "actors.max_policy_lag", ">= 1", self.max_policy_lag)
@@ -318,6 +338,7 @@ class LearnersConfig:
     the slowest learner, before the segment fails."""
 
     def __post_init__(self) -> None:
+        _check_field_types(self, "learners")
         _require(self.workers >= 1, "learners.workers", ">= 1", self.workers)
         _require(self.connect_timeout > 0, "learners.connect_timeout", "> 0", self.connect_timeout)
 
@@ -333,6 +354,7 @@ class StoreConfig:
     """false keeps every checkpoint: the store then grows with every segment."""
 
     def __post_init__(self) -> None:
+        _check_field_types(self, "store")
         _require(self.keep_per_agent >= 1, "store.keep_per_agent",
                  ">= 1 (an agent trains on from its newest checkpoint; store.retention = false keeps all)",
                  self.keep_per_agent)
@@ -346,6 +368,9 @@ class LoggingConfig:
     mlflow: str = ""
     """An MLflow tracking URI (a local `mlruns` directory or a server) to log the same to; empty logs nothing.
     Needs the `mlflow` extra."""
+
+    def __post_init__(self) -> None:
+        _check_field_types(self, "logging")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,6 +394,28 @@ class Config:
     learners: LearnersConfig | None = None
     """[learners]: segments of several learner tasks averaging gradients; None (no [learners] section): one."""
 
+    def __post_init__(self) -> None:
+        """A config built or changed in Python (`dataclasses.replace`) is held to what one read from a file is,
+        as far as its sections go together; each section checks its own fields."""
+        for name, cls in (*_SECTIONS.items(), ("actors", ActorsConfig | None), ("learners", LearnersConfig | None)):
+            _require(isinstance(getattr(self, name), cls), name, f"a {_class_names(cls)}",
+                     _Shown(type(getattr(self, name)).__name__))
+        groups = self.groups
+        _require(isinstance(groups, tuple) and len(groups) > 0 and all(isinstance(g, GroupConfig) for g in groups),
+                 "groups", "a non-empty tuple of GroupConfig", groups)
+        names = [g.name for g in groups]
+        _require(len(set(names)) == len(names), "groups", "named differently", names)
+        if self.run.algorithm is not None and (len(groups) != 1 or groups[0].algorithm != self.run.algorithm):
+            raise ConfigError(f"run.algorithm is {self.run.algorithm!r} and the config's groups train "
+                              f"{', '.join(repr(g.algorithm) for g in groups)}: to change the algorithm, build the "
+                              f"config again (its hyper-parameters change with it)")
+        for group in groups:
+            tunable = algorithm_info(group.algorithm).tunable
+            bad = [p for p in self.tournament.perturb if p not in tunable]
+            if bad:
+                raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of "
+                                  f"{group.algorithm} (tunable: {', '.join(tunable)})")
+
     @property
     def slots_per_segment(self) -> int:
         """The cluster slots one segment takes at once: its learners, and its actors."""
@@ -390,12 +437,14 @@ class Config:
 
     def with_logging(self, **fields: str) -> Config:
         """A copy whose [logging] has these fields changed, e.g. `with_logging(tensorboard="tb")`."""
+        _check_field_names(LoggingConfig, fields, "logging")
         return dataclasses.replace(self, logging=dataclasses.replace(self.logging, **fields))
 
-    def replace(self, **sections: Any) -> Config:
+    def replace(self, **fields: Any) -> Config:
         """A copy with some run fields changed, e.g. `replace(store=..., budget="90s")`, re-validated."""
+        _check_field_names(RunConfig, fields, "run")
         try:
-            return dataclasses.replace(self, run=dataclasses.replace(self.run, **sections))
+            return dataclasses.replace(self, run=dataclasses.replace(self.run, **fields))
         except ValueError as e:
             raise ConfigError(f"{self.source}: {e}") from None
 
@@ -406,6 +455,10 @@ _SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": Segmen
 
 def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
     """Read and validate a TOML config file, with `settings` ("hparams.gamma=0.97", ...) changed first."""
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(f"a config is read from a path, got {_describe(path)}")
+    if isinstance(settings, str) or not all(isinstance(text, str) for text in settings):
+        raise ConfigError(f"settings must be a list of 'SECTION.KEY=VALUE' strings, got {_describe(settings)}")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -476,6 +529,8 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
 
 
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a config is a table of sections (run, tournament, ...), got {_describe(data)}")
     unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors", "learners"})
     if unknown:
         known = ", ".join([*_SECTIONS, "hparams", "search", "groups", "actors", "learners"])
@@ -640,6 +695,39 @@ def _check_finite(hparams: Mapping[str, Any], prefix: str) -> None:
         numbers = value if isinstance(value, (list, tuple)) else (value,)
         finite = all(math.isfinite(v) for v in numbers if isinstance(v, float))
         _require(finite or name in INFINITY_TURNS_OFF, f"{prefix}.{name}", "a finite number", value)
+
+
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_field_types(section: Any, prefix: str) -> None:
+    """Each field of a config section against its type, as `_coerce` checks a file's values, with the same
+    conversions (an int where a number goes, a list where a tuple does): a section built in Python, or changed
+    with `dataclasses.replace`, is held to what a file is before its own checks compare values."""
+    hints = _field_hints(type(section))
+    for field in dataclasses.fields(section):
+        value = _coerce(getattr(section, field.name), hints[field.name], f"{prefix}.{field.name}")
+        object.__setattr__(section, field.name, value)
+
+
+def _check_field_names(cls: type, fields: Mapping[str, Any], prefix: str) -> None:
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        raise ConfigError(f"unknown key {prefix}.{unknown[0]} (known: {', '.join(known)})")
+
+
+def _class_names(cls: Any) -> str:
+    return " or ".join("None" if c is type(None) else c.__name__ for c in typing.get_args(cls) or (cls,))
+
+
+class _Shown(str):
+    """A text shown as it is in a message (`got RunConfig`, not `got 'RunConfig'`)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _table(raw: Any, name: str) -> Mapping[str, Any]:

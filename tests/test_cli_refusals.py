@@ -4,16 +4,20 @@ named, or (gc during a run) a deleted leaderboard checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from dask_podracer.cli import EXIT_USAGE, main
 from dask_podracer.population import orchestrator
+from dask_podracer.population.cluster import ClusterError
+from dask_podracer.population.connect import connect
 from dask_podracer.store import PodracerStore, StoreError
 
 PENDULUM = "workflows/configs/pendulum.toml"
@@ -121,10 +125,18 @@ def test_train_names_a_store_path_it_cannot_create_before_any_cluster(tmp_path, 
     assert f"cannot create store '{store}'" in err and why in err and "scheduler" not in err
 
 
+def test_train_refuses_a_directory_of_other_files_as_its_store_before_any_cluster(tmp_path, capsys, no_cluster):
+    # it was accepted, and refused once the embedded cluster had started
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["train", PENDULUM, "--store", str(tmp_path)]) == EXIT_USAGE
+    assert "is not empty and holds no Zarr group: not a podracer store" in _error(capsys)
+    assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("notes.txt", "mine")]
+
+
 def test_checking_that_a_store_can_be_created_leaves_nothing_behind(tmp_path):
     PodracerStore.check_creatable(tmp_path / "deep" / "er" / "s.zarr")
     assert list(tmp_path.iterdir()) == []
-    PodracerStore.check_creatable(tmp_path)  # an existing directory: creation will decide whether it is usable
+    PodracerStore.check_creatable(tmp_path)  # an existing empty directory: the store is made in it
     with pytest.raises(StoreError, match="is a file"):
         (tmp_path / "f").write_text("x")
         PodracerStore.check_creatable(tmp_path / "f")
@@ -235,3 +247,34 @@ def test_version_is_the_installed_package_version(capsys):
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"podracer {importlib.metadata.version('dask-podracer')}"
+
+
+@pytest.fixture(params=["silent", "other bytes"])
+def not_a_scheduler(request):
+    """A TCP port that accepts connections and is not a Dask scheduler: one that never says anything (a web
+    server, the dashboard's port), or one that answers with another protocol's greeting."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def serve():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                accepted.append(conn)
+                if request.param == "other bytes":
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n" * 4)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield request.param, f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for conn in accepted:
+        conn.close()
+
+
+def test_a_port_that_is_not_a_dask_scheduler_is_named_not_waited_on(not_a_scheduler):
+    # distributed's Client waits for the scheduler's handshake without a limit: a silent port hung it
+    kind, address = not_a_scheduler
+    said = "answered as a Dask scheduler within 1 s" if kind == "silent" else "is not a Dask scheduler"
+    with pytest.raises(ClusterError, match=said):
+        connect(address, timeout="1s")
+

@@ -150,6 +150,21 @@ sys.exit(main())
 """
 
 
+def test_a_progress_callback_that_raises_ends_the_run_and_the_board_keeps_what_the_history_ranks(client, tmp_path):
+    # the callback runs after the machine has promoted a result and before the loop carried the promotion out:
+    # the board written at the end lacked the entry that the history ranked, and a resume never put it back
+    store_path = tmp_path / "t.zarr"
+
+    def broken(progress):
+        raise RuntimeError("a bug in the callback")
+
+    with pytest.raises(RuntimeError, match="a bug in the callback"):
+        run_tournament(tiny_config(store_path), client, on_progress=broken)
+    store = PodracerStore(store_path)
+    ranked = {r["key"] for r in store.read_history() if r.get("rank") is not None}
+    assert ranked and ranked == {e["key"] for e in store.read_leaderboard()}
+
+
 def test_cli_says_clearly_when_the_scheduler_cannot_be_reached(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY_TOML)

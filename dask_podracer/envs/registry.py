@@ -17,6 +17,7 @@ names the same env (see docs/faq.md, "What loading a store can and cannot do").
 from __future__ import annotations
 
 import importlib
+import numbers
 import re
 from collections.abc import Callable
 
@@ -25,6 +26,7 @@ import torch
 from dask_podracer.envs.acrobot import AcrobotVecEnv
 from dask_podracer.envs.base import VEC_ENV_MEMBERS, VecEnv
 from dask_podracer.envs.cartpole import CartPoleVecEnv
+from dask_podracer.envs.devices import usable_device
 from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
 from dask_podracer.envs.gym_adapter import is_gym_env_class, make_gym_env_class_vec_env, make_gym_vec_env
 from dask_podracer.envs.mjlab_adapter import PREFIX as MJLAB_PREFIX
@@ -178,8 +180,21 @@ def same_env(kwargs: dict, other: dict) -> bool:
 
 def make_vec_env(name: str, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  **kwargs) -> VecEnv:
-    """Build `num_envs` copies of the env called `name`, stepped as one batch on `device`."""
-    return _factory(name)(num_envs=num_envs, device=device, seed=seed, **kwargs)
+    """Build `num_envs` copies of the env called `name`, stepped as one batch on `device`; a one-line
+    TypeError or ValueError naming the argument that cannot work, before anything is built."""
+    if not isinstance(name, str):
+        raise TypeError(f"an env's name is a string such as 'Pendulum-v1', got {type(name).__name__}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+        raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+    # segments seed their envs with run.seed * 1_000_003 + an index: beyond 32 bits, within torch's 64
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                             or not 0 <= seed < 2**63):
+        raise ValueError(f"seed must be None or an integer from 0 to 2**63 - 1, got {seed!r}")
+    try:
+        usable_device(device)
+    except ValueError as e:
+        raise ValueError(f"device {str(device)!r} cannot be used here: {e}") from None
+    return _factory(name)(num_envs=int(num_envs), device=device, seed=None if seed is None else int(seed), **kwargs)
 
 
 register_env("Pendulum-v1", PendulumVecEnv, "Pendulum")

@@ -5,6 +5,8 @@ Kept here so that the front ends (`cli.py`, `workflows/`) never import Dask them
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 from collections.abc import Iterator
@@ -12,7 +14,9 @@ from pathlib import Path
 
 import dask
 import torch
+from dask.utils import parse_timedelta
 from distributed import Client, Security
+from distributed.comm import connect as comm_connect
 
 from dask_podracer.config import ClusterConfig
 from dask_podracer.population.cluster import ClusterError, embedded_cluster
@@ -36,16 +40,44 @@ class TLSFiles:
 
 
 def connect(address: str, tls: TLSFiles | None = None, timeout: str = "10s") -> Client:
-    """A client of the scheduler at `address`; a `ClusterError` naming it when it cannot be reached."""
+    """A client of the scheduler at `address`; a `ClusterError` naming it when it cannot be reached, or when
+    what answers there is not a Dask scheduler."""
     if address.startswith("tls://") and tls is None:
-        raise ClusterError(f"cannot reach the Dask scheduler at {address} without TLS: "
-                           "give --tls-ca-file, --tls-cert and --tls-key")
+        raise ClusterError(f"cannot reach the Dask scheduler at {address} without TLS: give its TLS files "
+                           "(--tls-ca-file, --tls-cert and --tls-key; from Python, tls=TLSFiles(...))")
+    security = tls.security() if tls else None
     try:
-        return Client(address, timeout=timeout, security=tls.security() if tls else None)
+        _handshake(address, security, parse_timedelta(timeout))
+        return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as e:
         raise ClusterError(f"cannot reach the Dask scheduler at {address}: {e}") from None
     except ValueError as e:  # Dask's parse of the address: no port, an unknown scheme, ...
         raise ClusterError(f"{address!r} is not a Dask scheduler address such as tcp://host:8786 ({e})") from None
+
+
+def _handshake(address: str, security: Security | None, seconds: float) -> None:
+    """Connect to `address` and exchange Dask's handshake, within `seconds`: a `ClusterError` if what listens
+    there never answers or answers something else.
+
+    `Client` waits for the handshake without a limit, so a port that accepts and stays silent (a web server, the
+    dashboard's port given for the scheduler's) would hang it, and one that answers other bytes makes it decode
+    them as frame lengths. Run on a thread of its own, so that it works under a running event loop (Jupyter)."""
+    args = (security or Security()).get_connection_args("client")
+
+    async def exchange() -> None:
+        comm = await asyncio.wait_for(comm_connect(address, timeout=seconds, **args), seconds)
+        await comm.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            pool.submit(asyncio.run, exchange()).result()
+        except TimeoutError:  # our wait_for's: connected, and no handshake came (distributed's own is an OSError)
+            raise ClusterError(f"nothing at {address} answered as a Dask scheduler within {seconds:g} s (is it "
+                               "the scheduler's address, not its dashboard's?)") from None
+        except (OSError, ValueError):  # unreachable, or not an address: for connect to say so
+            raise
+        except Exception as e:  # bytes that are not Dask's: a decoding error of any kind, or a huge allocation
+            raise ClusterError(f"what answers at {address} is not a Dask scheduler ({type(e).__name__})") from None
 
 
 @contextlib.contextmanager

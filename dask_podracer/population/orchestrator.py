@@ -32,8 +32,9 @@ from dask_podracer.population.run_lease import this_client
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Event,
-                                                 Instruction, Promote, Quarantine, SegmentFailed, SegmentFinished,
-                                                 SegmentRecovered, Stop, Tournament, Train, segment_spec)
+                                                 Evict, Instruction, Promote, Quarantine, SegmentFailed,
+                                                 SegmentFinished, SegmentRecovered, Stop, Tournament, Train,
+                                                 segment_spec)
 from dask_podracer.store import ChecksumError, PodracerStore, StoreError
 from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 from dask_podracer.tracking import Trackers, TrackingError, open_trackers, state_origin
@@ -119,6 +120,8 @@ def run_tournament(config: Config, client: Client | None = None,
     segment on a worker (benchmarks inject a stand-in that only sleeps); `poll_seconds` is how often the
     cluster's capacity and the budget are checked.
     """
+    _check_arguments(config, client, scheduler, tls, {"on_progress": on_progress, "on_start": on_start,
+                                                      "segment_fn": segment_fn}, poll_seconds)
     check_without_cluster(config, embedded=client is None and scheduler is None)
     try:
         trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
@@ -135,14 +138,55 @@ def run_tournament(config: Config, client: Client | None = None,
             if fresh:  # refused before anything ran: leave no store behind that looks like a run's
                 store.remove_if_bare()
             raise
-        # an earlier run on this scheduler left its page's plugin: removed first, or the scheduler warns in its
-        # own log (where no filter of ours reaches) that it overwrites it
-        with contextlib.suppress(ValueError):
-            active.unregister_scheduler_plugin(PodracerPage.name)
-        active.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
+        _replace_page_plugin(active, store.url)
         if on_start is not None:
             on_start(active)
         return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
+
+
+def _check_arguments(config: Any, client: Any, scheduler: Any, tls: Any, functions: dict[str, Any],
+                     poll_seconds: Any) -> None:
+    """A TypeError or ValueError naming the argument of `run_tournament` that cannot work, before anything runs:
+    wrong ones otherwise fail deep inside (a callback that is not callable, after the first segment)."""
+    if not isinstance(config, Config):
+        raise TypeError(f"run_tournament needs a Config (from load_config or config_from_dict), got "
+                        f"{type(config).__name__}")
+    if client is not None and not isinstance(client, Client):
+        raise TypeError(f"client must be a dask.distributed.Client, got {type(client).__name__} (a scheduler's "
+                        "address goes in scheduler=)")
+    if client is not None and scheduler is not None:
+        raise ValueError("give client= or scheduler=, not both")
+    if client is not None and client.status != "running":
+        raise ClusterError(f"the client given is {client.status}, not running")
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise TypeError(f"scheduler must be an address such as 'tcp://host:8786', got {type(scheduler).__name__}")
+    if tls is not None and not isinstance(tls, TLSFiles):
+        raise TypeError(f"tls must be a TLSFiles, got {type(tls).__name__}")
+    for name, function in functions.items():
+        if (function is not None or name == "segment_fn") and not callable(function):
+            raise TypeError(f"{name} must be callable, got {type(function).__name__}")
+    if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)) or not poll_seconds > 0:
+        raise ValueError(f"poll_seconds must be a positive number, got {poll_seconds!r}")
+
+
+def _replace_page_plugin(client: Client, store_url: str) -> None:
+    """Serve this run's store on the scheduler's Podracer page.
+
+    An earlier run on this scheduler left its page's plugin: removed first, or the scheduler warns in its own log
+    (where no filter of ours reaches) that it overwrites it. Removed only if there, or the scheduler logs the
+    removal of a missing one as an error with its traceback."""
+    try:
+        there = client.run_on_scheduler(_page_plugin_registered)
+    except Exception:  # a scheduler that runs no function of ours (pickling turned off): ask it to remove it
+        there = True
+    if there:
+        with contextlib.suppress(ValueError):
+            client.unregister_scheduler_plugin(PodracerPage.name)
+    client.register_plugin(PodracerPage(store_url), name=PodracerPage.name)
+
+
+def _page_plugin_registered(dask_scheduler: Any) -> bool:
+    return PodracerPage.name in dask_scheduler.plugins
 
 
 @contextlib.contextmanager
@@ -223,7 +267,7 @@ class _Loop:
     def run(self) -> RunSummary:
         try:
             self._recover()
-            self._carry_out(self.machine.handle(CapacityChanged(self.slots.count)))
+            self._carry_out(self._handle(CapacityChanged(self.slots.count)))
             next_poll = time.monotonic() + self.poll_seconds
             while not self.stop_reason:
                 for future, outcome in self._next_batch(timeout=max(0.0, next_poll - time.monotonic())):
@@ -259,12 +303,12 @@ class _Loop:
                 result = result_from_attrs(key, self.store.load_checkpoint(key).attrs)
             except ChecksumError as e:
                 log.warning("not recovering checkpoint %r: %s", key, e)
-                self._carry_out(self.machine.handle(CheckpointDamaged(key, f"ChecksumError: {e}")))
+                self._carry_out(self._handle(CheckpointDamaged(key, f"ChecksumError: {e}")))
                 continue
             agent_id = self.machine.in_flight.get(key)
             if agent_id is not None:
                 self.lines.setdefault(agent_id, []).append(key)
-            instructions = self.machine.handle(SegmentRecovered(agent_id, result, resumed=self.continued))
+            instructions = self._handle(SegmentRecovered(agent_id, result, resumed=self.continued))
             self.recovered += 1
             self.completed += 1
             self.env_steps += result.segment_env_steps
@@ -297,7 +341,7 @@ class _Loop:
                     and agent.checkpoint == result.parent:
                 agent_id = agent.id
             # resumed=False: the leg's count already holds it (see __init__)
-            self._carry_out(self.machine.handle(SegmentRecovered(agent_id, result, resumed=False)))
+            self._carry_out(self._handle(SegmentRecovered(agent_id, result, resumed=False)))
 
     def _next_batch(self, timeout: float) -> list[tuple[Future, Any]]:
         """Whatever finished, waiting at most `timeout` seconds for something to (as_completed, with a tick)."""
@@ -332,7 +376,7 @@ class _Loop:
             self.failed += 1
             # the parent's, or a rerun segment's own: the machine decides what follows (a Quarantine first)
             event = SegmentFailed(train.agent, train.key, error, damaged=_damaged_checkpoint(outcome))
-        instructions = self.machine.handle(event)
+        instructions = self._handle(event)
         plan = train.plan
         self._record(train.key, train.agent, train.group, plan.parent, plan.adopted, plan.generation, plan.hparams,
                      result, error, instructions)
@@ -356,7 +400,7 @@ class _Loop:
     def _poll(self) -> None:
         """Follow the cluster: its capacity now, and the budget."""
         if self._budget_spent() >= self.config.run.budget_seconds:
-            self._carry_out(self.machine.handle(BudgetReached()))
+            self._carry_out(self._handle(BudgetReached()))
             return
         try:
             if self.client.status != "running":
@@ -382,11 +426,19 @@ class _Loop:
                 return
         self.lower_capacity_since = None
         if slots.count != self.machine.slots:
-            self._carry_out(self.machine.handle(CapacityChanged(slots.count)))
+            self._carry_out(self._handle(CapacityChanged(slots.count)))
+
+    def _handle(self, event: Event) -> list[Instruction]:
+        """The machine's answer to `event`. A new board is noted here, not when the answer is carried out: if
+        something fails in between (a progress callback that raises), the final write still stores the board
+        that the machine and the history already hold."""
+        instructions = self.machine.handle(event)
+        self.dirty = self.dirty or bool(instructions)
+        self.board_changed = self.board_changed or any(isinstance(i, (Promote, Evict)) for i in instructions)
+        return instructions
 
     # -- instructions out ---------------------------------------------------------------------
     def _carry_out(self, instructions: list[Instruction]) -> None:
-        self.dirty = self.dirty or bool(instructions)
         for instruction in instructions:
             if isinstance(instruction, Train):
                 self._submit(instruction)
@@ -401,8 +453,7 @@ class _Loop:
                 self.checkpoints.discard(instruction.key)  # kept for inspection: retention never deletes it
             elif isinstance(instruction, Stop):
                 self.stop_reason = instruction.reason
-            else:  # Promote or Evict: the machine's board is the new table
-                self.board_changed = True
+            # Promote or Evict: the machine's board is the new table, noted by `_handle`
 
     def _submit(self, train: Train) -> None:
         spec = segment_spec(train, self.store.url, self.config.run.budget_seconds - self._budget_spent())

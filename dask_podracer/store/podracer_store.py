@@ -56,12 +56,18 @@ class PodracerStore:
     """
 
     def __init__(self, url: str | os.PathLike[str], *, create: bool = False) -> None:
+        if not isinstance(url, (str, os.PathLike)):  # str(None) would name a store './None'
+            raise TypeError(f"a store is named by a path or a URL, got {type(url).__name__}")
+        if not isinstance(create, bool):
+            raise TypeError(f"create must be True or False, got {create!r}")
         self._url = resolve_url(url)
         path = local_path(self._url)
         if path is not None and path.exists() and not path.is_dir():
             raise StoreError(f"'{self._url}' is a file, not a podracer store")
-        if path is not None and not path.exists() and not create:
-            raise StoreError(f"no podracer store at '{self._url}'")  # checked first: opening would mkdir it
+        if path is not None and not path.exists():
+            if not create:
+                raise StoreError(f"no podracer store at '{self._url}'")  # checked first: opening would mkdir it
+            self.check_creatable(self._url)  # under a file, in /proc: named, not an OSError from deep in zarr
         self._store = open_zarr_store(self._url)
         root = read_json(self._store, "zarr.json", self._url)
         if root is None:
@@ -123,7 +129,9 @@ class PodracerStore:
         if path is None:
             open_zarr_store(resolved, read_only=True)  # an unknown protocol, a missing fsspec package
             return
-        if path.is_dir():
+        if path.is_dir():  # no zarr.json in it: creating the store there works only if it is empty
+            if any(path.iterdir()):
+                raise StoreError(f"'{resolved}' is not empty and holds no Zarr group: not a podracer store")
             return
         if path.exists():
             raise StoreError(f"'{resolved}' is a file, not a podracer store")

@@ -18,6 +18,7 @@ import torch
 from dask_podracer.agents import Agent, algorithm_info, finish_training, make_agent
 from dask_podracer.agents.captured import use_capture
 from dask_podracer.envs import VecEnv, make_vec_env
+from dask_podracer.envs.devices import resolve_device, usable_device  # noqa: F401 - train's API too
 from dask_podracer.envs.graphed import graph_steps
 from dask_podracer.store import PodracerStore
 from dask_podracer.train.actor_learner import ActorLauncher, ActorLearner
@@ -26,25 +27,6 @@ from dask_podracer.train.evaluate import episode_scores
 from dask_podracer.train.host_memory import restore_malloc_thresholds
 from dask_podracer.train.learners import LearnerGroup, LearnerLauncher, rank_seed
 from dask_podracer.train.spec import SegmentError, SegmentResult, SegmentSpec
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def usable_device(device: str) -> torch.device:
-    """`resolve_device(device)`, once a tensor has been placed on it; a one-line ValueError where this process
-    cannot use it (a name torch does not know, a device this machine lacks, a CPU build of torch)."""
-    try:
-        resolved = resolve_device(device)
-        torch.empty(1, device=resolved)
-    except (RuntimeError, AssertionError) as e:  # AssertionError: torch built without CUDA
-        line = str(e).splitlines()[0] if str(e) else type(e).__name__
-        # torch's missing-backend errors run on with a list of every backend: its first sentence says it
-        raise ValueError(line.split(". ")[0] if len(line) > 200 else line) from None
-    return resolved
 
 
 def run_segment(spec: SegmentSpec, actors: ActorLauncher | None = None,

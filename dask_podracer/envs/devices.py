@@ -1,0 +1,27 @@
+"""Torch devices as the config and the command line name them: "auto", "cpu", "cuda", "cuda:N", "mps"."""
+
+from __future__ import annotations
+
+import torch
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """"auto" is this process's GPU if it has one, else the CPU; any other name is torch's."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def usable_device(device: str | torch.device) -> torch.device:
+    """`resolve_device(device)`, once a tensor has been placed on it; a one-line ValueError where this process
+    cannot use it (a name torch does not know, a device this machine lacks, a CPU build of torch)."""
+    try:
+        resolved = resolve_device(device)
+        torch.empty(1, device=resolved)
+    # AssertionError: torch built without CUDA; NotImplementedError: a backend this build lacks (mps on Linux);
+    # TypeError: not a device name at all
+    except (RuntimeError, AssertionError, NotImplementedError, TypeError) as e:
+        line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        # torch's missing-backend errors run on with a list of every backend: its first sentence says it
+        raise ValueError(line.split(". ")[0] if len(line) > 200 else line) from None
+    return resolved

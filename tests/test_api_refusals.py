@@ -1,0 +1,183 @@
+"""Bad input through the Python API (a config built or changed in Python, run_tournament's arguments, make_vec_env,
+PodracerStore): a one-line error naming what is wrong, before any cluster starts or anything is stored.
+
+Each case was accepted before (and failed after the cluster had started, or in every segment), or failed with an
+error that named nothing the caller wrote (docs/developing.md, "The Python API's bad input")."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dask_podracer.config import ConfigError, GroupConfig, config_from_dict, load_config
+from dask_podracer.envs import make_vec_env
+from dask_podracer.population import run_tournament
+from dask_podracer.population.cluster import ClusterError
+from dask_podracer.store import PodracerStore, StoreError
+
+PENDULUM = "workflows/configs/pendulum.toml"
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(PENDULUM)
+
+
+def _section(config, name, **fields):
+    return dataclasses.replace(config, **{name: dataclasses.replace(getattr(config, name), **fields)})
+
+
+def _group(config, **fields):
+    return dataclasses.replace(config, groups=(dataclasses.replace(config.groups[0], **fields),))
+
+
+@pytest.mark.parametrize("section, fields, says", [
+    ("cluster", {"workers": 1.5}, "cluster.workers must be an integer, got float 1.5"),
+    ("tournament", {"pool_size": 1.5}, "tournament.pool_size must be an integer"),
+    ("tournament", {"leaderboard_size": 2.5}, "tournament.leaderboard_size must be an integer"),
+    ("tournament", {"retries": 0.5}, "tournament.retries must be an integer"),
+    ("tournament", {"perturb": "actor_lr"}, "tournament.perturb must be a list, got str 'actor_lr'"),
+    ("store", {"keep_per_agent": 1.5}, "store.keep_per_agent must be an integer"),
+    ("store", {"retention": "no"}, "store.retention must be true or false, got str 'no'"),
+    ("segment", {"eval_episodes": 1.5}, "segment.eval_episodes must be an integer"),
+    ("segment", {"torch_threads": 1.5}, "segment.torch_threads must be an integer"),
+    ("segment", {"env_steps": True}, "segment.env_steps must be an integer, got bool True"),
+    ("segment", {"env_steps": "x"}, "segment.env_steps must be an integer, got str 'x'"),
+    ("segment", {"device": 5}, "segment.device must be a string, got int 5"),
+    ("cluster", {"mps": "yes"}, "cluster.mps must be true or false"),
+    ("run", {"store": 5}, "run.store must be a string, got int 5"),
+    ("run", {"env": None}, "run.env must be a string, got NoneType None"),
+    ("run", {"target_return": "high"}, "run.target_return must be a number, got str 'high'"),
+    ("logging", {"tensorboard": 5}, "logging.tensorboard must be a string"),
+])
+def test_a_section_changed_in_python_is_held_to_a_files_types(config, section, fields, says):
+    with pytest.raises(ConfigError) as refused:
+        _section(config, section, **fields)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda c: dataclasses.replace(c, segment={"env_steps": 100}), "segment must be a SegmentConfig, got dict"),
+    (lambda c: dataclasses.replace(c, segment=c.cluster), "segment must be a SegmentConfig, got ClusterConfig"),
+    (lambda c: dataclasses.replace(c, run=None), "run must be a RunConfig, got NoneType"),
+    (lambda c: dataclasses.replace(c, groups=()), "groups must be a non-empty tuple of GroupConfig"),
+    (lambda c: _group(c, weight=0), "groups['sac'].weight must be > 0"),
+    (lambda c: _group(c, env_steps=-5), "groups['sac'].env_steps must be >= 0"),
+    (lambda c: _group(c, name="a/b"), "groups['a/b'].name must be letters"),
+    (lambda c: _group(c, hparams={**c.hparams, "actor_lr": "x"}), "groups['sac'].hparams.actor_lr must be a number"),
+    (lambda c: _group(c, hparams={**c.hparams, "gamma": float("nan")}), "groups['sac'].hparams.gamma must be"),
+    (lambda c: _group(c, hparams={**c.hparams, "bogus": 1}), "unknown key groups['sac'].hparams.bogus"),
+    (lambda c: dataclasses.replace(c, run=dataclasses.replace(c.run, algorithm=None), groups=(c.groups[0],) * 2),
+     "groups must be named differently"),
+    (lambda c: _section(c, "tournament", perturb=("bogus",)),
+     "tournament.perturb: 'bogus' is not a tunable hyper-parameter of sac"),
+    (lambda c: c.replace(algorithm="ppo"), "run.algorithm is 'ppo' and the config's groups train 'sac'"),
+    (lambda c: c.replace(bogus=1), "unknown key run.bogus"),
+    (lambda c: c.replace(max_segments="x"), "run.max_segments must be an integer"),
+    (lambda c: c.with_logging(bogus="x"), "unknown key logging.bogus"),
+    (lambda c: GroupConfig(name="g", algorithm="bogus", hparams={}), "groups['g'].algorithm must be one of"),
+])
+def test_a_config_changed_in_python_is_checked_as_a_whole(config, change, says):
+    with pytest.raises(ConfigError) as refused:
+        change(config)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_group_built_in_python_gets_every_hyper_parameter_as_a_files_does():
+    from dask_podracer.agents import algorithm_info
+
+    group = GroupConfig(name="g", algorithm="sac", hparams={"actor_lr": 1e-3})
+    assert group.hparams == dataclasses.asdict(algorithm_info("sac").config_cls(actor_lr=1e-3))
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: config_from_dict(None), "a config is a table of sections (run, tournament, ...), got NoneType None"),
+    (lambda: config_from_dict(["run"]), "a config is a table of sections (run, tournament, ...), got list"),
+    (lambda: load_config(PENDULUM, settings="run.seed=1"), "settings must be a list of 'SECTION.KEY=VALUE' strings"),
+    (lambda: load_config(PENDULUM, settings=[5]), "settings must be a list of 'SECTION.KEY=VALUE' strings"),
+    (lambda: load_config(None), "a config is read from a path, got NoneType None"),
+])
+def test_configs_are_read_from_tables_and_paths_only(call, says):
+    with pytest.raises(ConfigError) as refused:
+        call()
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("arguments, error, says", [
+    ({"config": {}}, TypeError, "run_tournament needs a Config (from load_config or config_from_dict), got dict"),
+    ({"client": "tcp://127.0.0.1:8786"}, TypeError, "client must be a dask.distributed.Client, got str"),
+    ({"on_progress": "x"}, TypeError, "on_progress must be callable, got str"),
+    ({"on_start": 5}, TypeError, "on_start must be callable, got int"),
+    ({"segment_fn": None}, TypeError, "segment_fn must be callable, got NoneType"),
+    ({"poll_seconds": "1"}, ValueError, "poll_seconds must be a positive number, got '1'"),
+    ({"scheduler": 8786}, TypeError, "scheduler must be an address such as 'tcp://host:8786', got int"),
+    ({"tls": ("ca.pem", "cert.pem", "key.pem")}, TypeError, "tls must be a TLSFiles, got tuple"),
+])
+def test_run_tournament_names_an_argument_that_cannot_work_before_anything_runs(config, tmp_path, arguments, error,
+                                                                               says):
+    store = tmp_path / "s.zarr"
+    arguments = {"config": config.replace(store=str(store)), **arguments}
+    with pytest.raises(error) as refused:
+        run_tournament(**arguments)
+    assert says in str(refused.value)
+    assert not store.exists()
+
+
+def test_run_tournament_takes_one_cluster_and_a_running_client(config, cpu_cluster, tmp_path):
+    from distributed import Client
+
+    store = tmp_path / "s.zarr"
+    with Client(cpu_cluster) as client:
+        with pytest.raises(ValueError, match="give client= or scheduler=, not both"):
+            run_tournament(config.replace(store=str(store)), client, scheduler="tcp://127.0.0.1:1")
+    with pytest.raises(ClusterError, match="the client given is closed, not running"):
+        run_tournament(config.replace(store=str(store)), client)
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("arguments, error, says", [
+    ({"name": "gym:Pendulum-v1", "num_envs": 0}, ValueError, "num_envs must be an integer >= 1, got 0"),
+    ({"name": None, "num_envs": 2}, TypeError, "an env's name is a string such as 'Pendulum-v1', got NoneType"),
+    ({"name": "Pendulum-v1", "num_envs": "4"}, ValueError, "num_envs must be an integer >= 1, got '4'"),
+    ({"name": "Pendulum-v1", "num_envs": True}, ValueError, "num_envs must be an integer >= 1, got True"),
+    ({"name": "Pendulum-v1", "num_envs": 2, "seed": 1.5}, ValueError, "seed must be None or an integer"),
+    ({"name": "gym:Pendulum-v1", "num_envs": 2, "seed": -1}, ValueError, "seed must be None or an integer"),
+    ({"name": "Pendulum-v1", "num_envs": 2, "seed": 2**64}, ValueError, "seed must be None or an integer"),
+    ({"name": "Pendulum-v1", "num_envs": 2, "device": "nonsense"}, ValueError, "device 'nonsense' cannot be used"),
+])
+def test_make_vec_env_names_an_argument_that_cannot_work(arguments, error, says):
+    with pytest.raises(error) as refused:
+        make_vec_env(**arguments)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_make_vec_env_names_a_device_this_machine_lacks_in_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError) as refused:
+        make_vec_env("Pendulum-v1", 2, device="cuda")
+    assert str(refused.value).startswith("device 'cuda' cannot be used here: ") and "\n" not in str(refused.value)
+
+
+def test_make_vec_env_takes_numpy_integers():
+    env = make_vec_env("Pendulum-v1", np.int64(3), seed=np.int64(7))
+    assert env.num_envs == 3 and isinstance(env.num_envs, int)
+
+
+@pytest.mark.parametrize("url, create, error, says", [
+    (None, False, TypeError, "a store is named by a path or a URL, got NoneType"),
+    (5, False, TypeError, "a store is named by a path or a URL, got int"),
+    ("s.zarr", "no", TypeError, "create must be True or False, got 'no'"),
+    ("file/s.zarr", True, StoreError, "is a file, not a directory"),
+])
+def test_a_store_is_named_by_a_path_or_url(tmp_path, monkeypatch, url, create, error, says):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(error) as refused:
+        PodracerStore(url, create=create)
+    assert says in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
