@@ -35,6 +35,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("podracer: interrupted; the store keeps everything recorded so far", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `podracer leaderboard STORE | head -1`: the reader has what it wanted
+        # Python's advice (the signal module's docs): stdout to devnull, so the flush at exit raises no second one
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def import_from_working_directory() -> None:
@@ -201,8 +209,9 @@ def _train(args: argparse.Namespace) -> int:
     summary = _run(config, args.scheduler, quiet=args.quiet, tls=tls)
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
-    print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, {summary.segments_completed} segments "
-          f"({summary.segments_failed} failed), {summary.env_steps:,} env steps")
+    print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, "
+          f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed), "
+          f"{summary.env_steps:,} env steps")
     print(f"store: {summary.store}")
     print(format_leaderboard(summary.leaderboard[:5]))
     if summary.stop_reason == "failing":
@@ -232,7 +241,7 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
 
     def started(client) -> None:
         if scheduler is None:
-            _say(quiet, f"embedded LocalCluster: {len(client.cluster.workers)} workers, "
+            _say(quiet, f"embedded LocalCluster: {_count(len(client.cluster.workers), 'worker')}, "
                         f"dashboard {client.dashboard_link}")
         else:
             _say(quiet, f"cluster at {scheduler}: dashboard {client.dashboard_link}")
@@ -347,7 +356,8 @@ def _tensorboard(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     finished = sum(r.get("status") == "finished" for r in history)
     agents = len({r.get("agent") for r in history if r.get("status") == "finished"})
-    print(f"wrote {finished} segments of {agents} agents to {target} (tensorboard --logdir {args.out})")
+    print(f"wrote {_count(finished, 'segment')} of {_count(agents, 'agent')} to {target} "
+          f"(tensorboard --logdir {args.out})")
     return 0
 
 

@@ -278,3 +278,24 @@ def test_a_port_that_is_not_a_dask_scheduler_is_named_not_waited_on(not_a_schedu
     with pytest.raises(ClusterError, match=said):
         connect(address, timeout="1s")
 
+
+FLOOD_STDOUT = """
+import sys
+from dask_podracer import cli
+
+def flood(args):
+    while True:  # more than any pipe holds: the write after the reader left raises BrokenPipeError
+        print("x" * 1000)
+
+cli._leaderboard = flood
+sys.exit(cli.main(["leaderboard", "s.zarr"]))
+"""
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    # `podracer leaderboard STORE | head -1` printed a BrokenPipeError traceback
+    run = subprocess.Popen([sys.executable, "-c", FLOOD_STDOUT], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run.stdout.readline()
+    run.stdout.close()
+    assert run.wait(timeout=60) == 1
+    assert run.stderr.read() == b""

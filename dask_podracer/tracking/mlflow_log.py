@@ -14,10 +14,12 @@ tournament (same store, same experiment) logs on into the runs it had.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,21 @@ def require_mlflow(tracking_uri: str) -> None:
         raise TrackingError(f"[logging] mlflow needs {' and '.join(missing)}: pip install 'dask-podracer[mlflow]'")
 
 
+@contextlib.contextmanager
+def _quiet_database_setup() -> Iterator[None]:
+    """MLflow logs at INFO, on its own handler, that it creates and migrates a new SQLite database's tables (and
+    Alembic each migration): lines on the terminal of a `podracer train --quiet`. Warnings and errors still show."""
+    loggers = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.level, logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 class MLflowLog:
     def __init__(self, uri: str, experiment: str, store_url: str, origin: float) -> None:
         try:
@@ -58,8 +75,9 @@ class MLflowLog:
         self.store_id = hashlib.sha1(store_url.encode()).hexdigest()[:16]
         self.runs: dict[str, str] = {}  # agent run name -> MLflow run id
         try:
-            self.client = MlflowClient(tracking_uri=tracking_uri)
-            found = self.client.get_experiment_by_name(experiment)
+            with _quiet_database_setup():
+                self.client = MlflowClient(tracking_uri=tracking_uri)
+                found = self.client.get_experiment_by_name(experiment)
             if found is not None and found.lifecycle_stage != "active":
                 raise TrackingError(f"the MLflow experiment {experiment!r} at {uri!r} is deleted: restore it "
                                     f"or log to another [logging] mlflow")
