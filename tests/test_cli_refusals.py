@@ -274,7 +274,7 @@ def not_a_scheduler(request):
 def test_a_port_that_is_not_a_dask_scheduler_is_named_not_waited_on(not_a_scheduler):
     # distributed's Client waits for the scheduler's handshake without a limit: a silent port hung it
     kind, address = not_a_scheduler
-    said = "answered as a Dask scheduler within 1 s" if kind == "silent" else "is not a Dask scheduler"
+    said = "answered as a Dask scheduler within 2 s" if kind == "silent" else "is not a Dask scheduler"
     with pytest.raises(ClusterError, match=said):
         connect(address, timeout="1s")
 

@@ -63,16 +63,19 @@ def _handshake(address: str, security: Security | None, seconds: float) -> None:
     dashboard's port given for the scheduler's) would hang it, and one that answers other bytes makes it decode
     them as frame lengths. Run on a thread of its own, so that it works under a running event loop (Jupyter)."""
     args = (security or Security()).get_connection_args("client")
+    # distributed's connect retries a refused or unreachable address for `seconds`, then raises its own OSError:
+    # the limit on the handshake is twice that, so a port where nothing listens is never called a silent one
+    limit = 2 * seconds
 
     async def exchange() -> None:
-        comm = await asyncio.wait_for(comm_connect(address, timeout=seconds, **args), seconds)
+        comm = await asyncio.wait_for(comm_connect(address, timeout=seconds, **args), limit)
         await comm.close()
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         try:
             pool.submit(asyncio.run, exchange()).result()
         except TimeoutError:  # our wait_for's: connected, and no handshake came (distributed's own is an OSError)
-            raise ClusterError(f"nothing at {address} answered as a Dask scheduler within {seconds:g} s (is it "
+            raise ClusterError(f"nothing at {address} answered as a Dask scheduler within {limit:g} s (is it "
                                "the scheduler's address, not its dashboard's?)") from None
         except (OSError, ValueError):  # unreachable, or not an address: for connect to say so
             raise
