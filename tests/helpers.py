@@ -100,6 +100,21 @@ def segment_that_kills_its_worker_first(spec):
     return segment_task(spec)
 
 
+def segment_held_until(release: str, spec):
+    """A segment function that waits until the file `release` exists, then trains for real: a test that watches
+    the training pool sees every slot busy for as long as it needs to look (on a loaded machine, two 8-second
+    segments once ended between a test's looks). Bind the path with functools.partial."""
+    import time
+    from pathlib import Path
+
+    from dask_podracer.population.tasks import segment_task
+
+    deadline = time.monotonic() + 300  # a test that failed before releasing them does not leave them forever
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return segment_task(spec)
+
+
 def segment_that_outlasts_the_budget(spec, seconds: float = 6.0):
     """A segment function that ignores the seconds it is given: it runs `seconds`, then fails (were it ever
     recorded, its failure would say so)."""

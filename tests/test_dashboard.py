@@ -5,6 +5,7 @@ the live document with `bokeh.client.pull_session`, as a browser would get it.
 """
 
 import contextlib
+import functools
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import urllib.request
 import pytest
 from bokeh.client import pull_session
 from distributed import Client
+from helpers import segment_held_until
 
 from dask_podracer.config import ClusterConfig, config_from_dict
 from dask_podracer.population import embedded_cluster, run_tournament
@@ -83,25 +85,28 @@ def test_the_embedded_cluster_lists_the_live_pages_for_dask_labextension(embedde
 def test_the_live_page_shows_the_training_pool_then_the_leaderboard(embedded, tmp_path):
     client, base = embedded
     store_path = tmp_path / "live.zarr"
-    # segments bounded by 8 seconds only, so both slots are busy long enough to be seen
-    config = tiny_config(store_path, segment={"env_steps": 0, "seconds": 8.0})
-    run = threading.Thread(target=run_tournament, args=(config, client), daemon=True)
+    config = tiny_config(store_path, segment={"env_steps": 0, "seconds": 2.0})
+    # both segments wait on their workers until the page has been seen to show them where they run
+    release = tmp_path / "release"
+    held = functools.partial(segment_held_until, str(release))
+    run = threading.Thread(target=run_tournament, args=(config, client), kwargs={"segment_fn": held}, daemon=True)
     run.start()
-    deadline = time.monotonic() + 60
-    while True:
-        # where the scheduler runs each segment, read before the page: a segment keeps its worker while it runs,
-        # and read after it, a loaded machine could let both 8-second segments end between the two reads
-        processing = {key.removeprefix("segment-"): worker for worker, keys in client.processing().items()
-                      for key in keys}
-        page = live(f"{base}/individual-podracer")
-        pool = page["pool"]
-        shown = dict(zip(pool["key"], pool["worker"], strict=True))  # which segment runs where
-        if len(pool["key"]) == 2 and "-" not in pool["agent"] and "2 training" in page["header"] \
-                and shown == processing:
-            break
-        assert run.is_alive() and time.monotonic() < deadline, \
-            f"the pool never showed both segments where they run: {pool} against {processing}"
-        time.sleep(0.3)
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            processing = {key.removeprefix("segment-"): worker for worker, keys in client.processing().items()
+                          for key in keys}
+            page = live(f"{base}/individual-podracer")
+            pool = page["pool"]
+            shown = dict(zip(pool["key"], pool["worker"], strict=True))  # which segment runs where
+            if len(pool["key"]) == 2 and "-" not in pool["agent"] and "2 training" in page["header"] \
+                    and shown == processing:
+                break
+            assert run.is_alive() and time.monotonic() < deadline, \
+                f"the pool never showed both segments where they run: {pool} against {processing}"
+            time.sleep(0.3)
+    finally:
+        release.touch()
     assert sorted(pool["agent"]) == ["0", "1"]
     assert all("actor_lr=" in h and "critic_lr=" in h for h in pool["hparams"])  # with which hyper-parameters
     assert all(s.count(":") == 2 for s in pool["since"]) and all(0 <= s < 60 for s in pool["seconds"])
@@ -111,7 +116,7 @@ def test_the_live_page_shows_the_training_pool_then_the_leaderboard(embedded, tm
 
     store = PodracerStore(store_path)
     board_keys = [entry["key"] for entry in store.read_leaderboard()]
-    deadline = time.monotonic() + 30  # the page reads the store at most once a second
+    deadline = time.monotonic() + 120  # the page reads the store at most once a second; a loaded machine is slower
     while (page := live(f"{base}/individual-podracer"))["board"]["key"] != board_keys:
         assert time.monotonic() < deadline, f"{page['board']['key']} != {board_keys}"
         time.sleep(0.5)

@@ -1,11 +1,13 @@
 """The population views (lineage tree, tuned hyper-parameters) and the pool's devices: their data, `podracer plot
 --view`, and the live Podracer page of a real embedded cluster."""
 
+import functools
 import threading
 import time
 from types import SimpleNamespace
 
 import pytest
+from helpers import segment_held_until
 
 from dask_podracer.cli import main
 from dask_podracer.dashboard.population import hparam_series, kind, lineage_graph, log_scale, staircase, tuned
@@ -120,19 +122,26 @@ def test_the_live_page_shows_the_lineage_and_the_hyper_parameters(tmp_path):
     from dask_podracer.population import embedded_cluster, run_tournament
 
     store_path = tmp_path / "population.zarr"
-    config = config_from_dict({  # fresh agents draw different actor_lr; segments of 2 s, so the pool is seen
+    config = config_from_dict({  # fresh agents draw different actor_lr; segments of 2 s
         **TINY, "run": {**TINY["run"], "store": str(store_path), "max_segments": 4, "seed": 4},
         "segment": {**TINY["segment"], "env_steps": 0, "seconds": 2.0},
         "search": {"actor_lr": {"log_uniform": [1e-4, 3e-3]}}})
     with embedded_cluster(ClusterConfig(workers=2, dashboard_address="127.0.0.1:0")) as cluster, \
             Client(cluster) as client:
         base = f"http://127.0.0.1:{client.scheduler_info()['services']['dashboard']}"
-        run = threading.Thread(target=run_tournament, args=(config, client), daemon=True)
+        # the first two segments wait on their workers until the page has been seen to show both
+        release = tmp_path / "release"
+        held = functools.partial(segment_held_until, str(release))
+        run = threading.Thread(target=run_tournament, args=(config, client), kwargs={"segment_fn": held},
+                               daemon=True)
         run.start()
-        deadline = time.monotonic() + 60
-        while len((pool := live(f"{base}/individual-podracer-pool")["pool"])["key"]) < 2:
-            assert run.is_alive() and time.monotonic() < deadline, f"the pool never showed two segments: {pool}"
-            time.sleep(0.3)
+        deadline = time.monotonic() + 120
+        try:
+            while len((pool := live(f"{base}/individual-podracer-pool")["pool"])["key"]) < 2:
+                assert run.is_alive() and time.monotonic() < deadline, f"the pool never showed two segments: {pool}"
+                time.sleep(0.3)
+        finally:
+            release.touch()
         assert pool["device"] == ["cpu", "cpu"]  # this machine's workers have no GPU: the CPU, no GPU figures
         assert pool["gpu_memory"] == ["-", "-"] and pool["gpu_utilization"] == ["-", "-"]
         run.join(timeout=120)
@@ -142,7 +151,7 @@ def test_the_live_page_shows_the_lineage_and_the_hyper_parameters(tmp_path):
         finished = [r for r in history if r["status"] == "finished"]
         names = tuned(history)
         assert "actor_lr" in names
-        deadline = time.monotonic() + 30  # the page reads the store at most once a second
+        deadline = time.monotonic() + 120  # the page reads the store at most once a second; a loaded machine is slower
         while True:
             docs = {part: pull(f"{base}/individual-podracer{part}") for part in ("", "-lineage", "-hparams")}
             if docs[""]["nodes"] and len(docs[""]["nodes"]["key"]) == len(finished):
