@@ -12,10 +12,12 @@ import dataclasses
 import json
 from typing import Any
 
+import gymnasium
+import psutil
 from distributed import Client
 
 from dask_podracer.agents import algorithm_info, make_agent
-from dask_podracer.config import Config, ConfigError
+from dask_podracer.config import Config, ConfigError, GroupConfig
 from dask_podracer.envs import make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import same_env
@@ -31,8 +33,9 @@ def check_constructs(config: Config) -> None:
     env = _built(run.env, run.env_kwargs, "run.env_kwargs")
     if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
         _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs", run.eval_env_kwargs)
-    for group in config.groups:
+    for i, group in enumerate(config.groups):
         _check_agent_count(group.name, group.algorithm, run.env, env)
+        _check_network_fits(group, env, f"groups[{i}].hparams" if len(config.groups) > 1 else "hparams")
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
 
 
@@ -55,6 +58,26 @@ def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
             raise ConfigError(f"{config.source}: cannot use segment.device {config.segment.device!r} on this machine "
                               f"(the embedded cluster's): {first_line(e)}") from None
     check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
+
+
+def _check_network_fits(group: GroupConfig, env: Any, field: str) -> None:
+    """A network that no memory of this machine holds is refused at once: torch would spend minutes allocating
+    it (`hidden = [1000000000]`) before it failed. What is counted is a floor that any agent needs: one network
+    from the observation through `hidden` to one output, in float32, and its optimiser's two moments (Adam)."""
+    hidden = group.hparams.get("hidden")
+    if not hidden:
+        return
+    try:
+        observation = gymnasium.spaces.flatdim(env.single_observation_space)
+    except (TypeError, ValueError, NotImplementedError, AttributeError):  # a team's spaces: count its widths only
+        observation = 1
+    widths = [observation, *hidden, 1]
+    floor = 3 * 4 * sum(a * b for a, b in zip(widths, widths[1:]))
+    memory = psutil.virtual_memory().total
+    if floor > memory:
+        raise ConfigError(f"{field}.hidden = {list(hidden)} makes one network of {floor // 12:,} weights: with its "
+                          f"optimiser's moments at least {floor / 2**30:,.0f} GiB, more than this machine's "
+                          f"{memory / 2**30:,.0f} GiB")
 
 
 def _check_agent_count(group: str, algorithm: str, env_name: str, env) -> None:
