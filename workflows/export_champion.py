@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -156,7 +157,9 @@ def _gymnasium_evaluation(policy: torch.nn.Module, env, env_name: str, episodes:
     seeds = [seed + i for i in range(episodes)]
     returns = play(policy, env_id, seeds, make_kwargs, entry_point)
     return {"env_id": env_id, "entry_point": entry_point, "env_kwargs": make_kwargs, "seeds": seeds,
-            "returns": returns, "score": sum(returns) / len(returns)}
+            # math.fsum: rounded once, so replay_champion.py gets the same score on any Python (3.12's sum() is
+            # compensated, 3.11's is not: they differed in the last digit)
+            "returns": returns, "score": math.fsum(returns) / len(returns)}
 
 
 def _in_history(store: PodracerStore, key: str) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, "")  # the module of an Env class of your own, beside where this runs (as python -m)
     returns = play(torch.jit.load(str(folder / "policy.pt")), recorded["env_id"], recorded["seeds"],
                    recorded.get("env_kwargs"), recorded.get("entry_point"))
-    score = float(np.mean(returns))
+    score = math.fsum(returns) / len(returns)  # as export_champion.py computes the card's, on any Python
     same = returns == recorded["returns"]
     outcome = {"env_id": recorded["env_id"], "score": score, "card_score": recorded["score"], "reproduced": same,
                "dask_podracer_imported": any(m.split(".")[0] == "dask_podracer" for m in sys.modules)}
