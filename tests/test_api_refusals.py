@@ -181,3 +181,49 @@ def test_a_store_is_named_by_a_path_or_url(tmp_path, monkeypatch, url, create, e
         PodracerStore(url, create=create)
     assert says in str(refused.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_generator_of_entries_is_refused_and_the_board_kept(tmp_path):
+    # checking a generator's items used them up: the board written after the check was empty
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    board = [{"key": "s000000-aaaaaaaa", "score": -150.0}]
+    store.write_leaderboard(board)
+    with pytest.raises(TypeError, match="must be a list of mappings, got generator"):
+        store.write_leaderboard(entry for entry in board)
+    with pytest.raises(TypeError, match="a history record of store .* must be a mapping, got str"):
+        store.append_history("abc")
+    assert store.read_leaderboard() == board and store.read_history() == []
+
+
+def test_saving_with_a_replay_base_that_is_not_stored_is_refused(tmp_path):
+    # the rows it stood for were stored nowhere: the checkpoint loaded with an empty replay buffer
+    from gymnasium.spaces import Box
+
+    from dask_podracer.agents import make_agent
+    from dask_podracer.train import SegmentResult, save_agent
+
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    agent = make_agent("sac", Box(-1, 1, (3,)), Box(-2, 2, (1,)), {"hidden": [8], "num_envs": 2})
+    result = SegmentResult(key="s000001-aaaaaaaa", parent=None, algorithm="sac", env="Pendulum-v1", hparams={},
+                           score=0.0, segment_env_steps=0, lineage_env_steps=0, train_seconds=0.0, eval_seconds=0.0,
+                           generation=0, device="cpu", metrics={})
+    with pytest.raises(ValueError, match="replay_base 's000000-bbbbbbbb' is not a checkpoint of store"):
+        save_agent(store, result.key, agent, result, 0, replay_base="s000000-bbbbbbbb", own_rows=5)
+    with pytest.raises(ValueError, match="own_rows must be an integer >= 0, got -5"):
+        save_agent(store, result.key, agent, result, 0, own_rows=-5)
+    assert store.checkpoint_keys() == []
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"seconds": float("nan"), "env_step_budget": 0}, "seconds must be a finite number >= 0, got nan"),  # never ended
+    ({"env_step_budget": -100, "seconds": 3.0}, "env_step_budget must be an integer >= 0, got -100"),
+    ({"eval_episodes": 0}, "eval_episodes must be an integer >= 1, got 0"),  # failed after the whole budget
+    ({"hparams": None}, "hparams must be a dict, got NoneType"),
+])
+def test_a_segment_spec_that_cannot_run_is_refused_when_made(fields, says):
+    from dask_podracer.train import SegmentSpec
+
+    with pytest.raises(ValueError) as refused:
+        SegmentSpec(**{"key": "s000000-aaaaaaaa", "store_url": "s.zarr", "env": "Pendulum-v1", "algorithm": "sac",
+                       "hparams": {}, **fields})
+    assert says in str(refused.value)

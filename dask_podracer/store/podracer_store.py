@@ -340,6 +340,8 @@ class PodracerStore:
 
     def append_history(self, record: Mapping) -> None:
         """Append one record (a finished or failed segment)."""
+        if not isinstance(record, Mapping):
+            raise TypeError(f"a history record of store '{self._url}' must be a mapping, got {type(record).__name__}")
         tables.append_history(self._store, [record], self._url)
 
     def extend_history(self, records: Sequence[Mapping]) -> None:

@@ -44,8 +44,10 @@ def read_leaderboard(store: Store, where: str) -> list[dict]:
 
 
 def write_leaderboard(store: Store, entries: Sequence[Mapping], where: str) -> None:
-    if isinstance(entries, Mapping | str) or not all(isinstance(e, Mapping) for e in entries):
-        raise TypeError(f"leaderboard of store '{where}' must be a sequence of mappings")
+    # a list or tuple, not any iterable: checking a generator's items would use them up, and the board written
+    # after the check would be empty (the whole table is replaced)
+    if not isinstance(entries, list | tuple) or not all(isinstance(e, Mapping) for e in entries):
+        raise TypeError(f"leaderboard of store '{where}' must be a list of mappings, got {type(entries).__name__}")
     write_attrs(store, LEADERBOARD, {"entries": to_json([dict(e) for e in entries], "leaderboard entries")})
 
 
@@ -57,6 +59,8 @@ def read_run_state(store: Store, where: str) -> dict:
 
 
 def write_run_state(store: Store, state: Mapping, where: str) -> None:
+    if not isinstance(state, Mapping):
+        raise TypeError(f"run state of store '{where}' must be a mapping, got {type(state).__name__}")
     # One JSON string, not a nested attribute: the state of a thousand agents is written every
     # second, and zarr encodes one string far faster than a deep tree of small values.
     text = json.dumps(to_json(dict(state), "run state"), allow_nan=True, separators=(",", ":"))
@@ -74,6 +78,9 @@ def _block_path(index: int) -> str:
 
 def append_history(store: Store, records: Sequence[Mapping], where: str) -> None:
     """Append `records` in order, filling the last block first; each touched block is written once."""
+    if not isinstance(records, list | tuple) or not all(isinstance(r, Mapping) for r in records):
+        raise TypeError(f"history records of store '{where}' must be a list of mappings, got "
+                        f"{type(records).__name__}")
     if not records:
         return
     new = to_json([dict(r) for r in records], "history records")  # one round trip for the batch, not per record

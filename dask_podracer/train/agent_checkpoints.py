@@ -44,6 +44,11 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
                replay_base: str | None = None, own_rows: int = 0) -> None:
     """Save `agent` under `key`. With `replay_base`, only the newest `own_rows` replay rows are stored and
     the older ones by reference to that checkpoint's buffer (`"replay_base": {"key", "rows"}`)."""
+    if isinstance(own_rows, bool) or not isinstance(own_rows, int) or own_rows < 0:
+        raise ValueError(f"own_rows must be an integer >= 0, got {own_rows!r}")
+    if replay_base is not None and not store.has_checkpoint(replay_base):
+        # the rows it would stand for would be stored nowhere: the checkpoint would load with them missing
+        raise ValueError(f"replay_base {replay_base!r} is not a checkpoint of store '{store.url}'")
     state = agent.state_dict()
     extra: dict = {"eval_env_kwargs": result.eval_env_kwargs} if result.eval_env_kwargs else {}
     if replay_base is not None and REPLAY in state:

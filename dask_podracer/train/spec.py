@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 
@@ -104,6 +105,17 @@ class SegmentSpec:
     capture in one thread fails another thread's random draws, so `compile = "auto"` runs eagerly there."""
 
     def __post_init__(self) -> None:
+        # what the tournament never builds, a caller of run_segment might: NaN seconds never end a segment
+        if isinstance(self.env_step_budget, bool) or not isinstance(self.env_step_budget, int) \
+                or self.env_step_budget < 0:
+            raise ValueError(f"env_step_budget must be an integer >= 0, got {self.env_step_budget!r}")
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) \
+                or not 0 <= self.seconds < math.inf:
+            raise ValueError(f"seconds must be a finite number >= 0, got {self.seconds!r}")
+        if isinstance(self.eval_episodes, bool) or not isinstance(self.eval_episodes, int) or self.eval_episodes < 1:
+            raise ValueError(f"eval_episodes must be an integer >= 1, got {self.eval_episodes!r}")
+        if not isinstance(self.hparams, dict):
+            raise ValueError(f"hparams must be a dict, got {type(self.hparams).__name__}")
         if self.env_step_budget <= 0 and self.seconds <= 0:
             raise ValueError("a segment needs a budget: env_step_budget > 0 or seconds > 0")
         if self.actors is not None and self.learners is not None:
