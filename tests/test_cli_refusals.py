@@ -167,7 +167,8 @@ BIG = "1180591620717411303424"  # 2**70
     ("pendulum.toml", "hparams.buffer_size=10000000000", "cannot build the env and agents this config asks for"),
     ("pendulum.toml", "hparams.hidden=[1000000,1000000,1000000]", "hparams.hidden = [1000000, 1000000, 1000000] "
      "makes one network of 2,000,004,000,000 weights: with its optimiser's moments at least 22,352 GiB, more than"),
-    ("pendulum_mixed.toml", "groups.0.hparams.hidden=[1000000,1000000]", "groups[0].hparams.hidden = [1000000, 1000000]"),
+    ("pendulum_mixed.toml", "groups.0.hparams.hidden=[1000000,1000000]",
+     "groups[0].hparams.hidden = [1000000, 1000000]"),
     ("pendulum.toml", "hparams.utd_ratio=inf", "hparams.utd_ratio must be a finite number, got inf"),
     ("pendulum.toml", "hparams.actor_lr=inf", "hparams.actor_lr must be a finite number"),
     ("pendulum_ppo.toml", "hparams.log_std_init=nan", "hparams.log_std_init must be a number, got nan"),
