@@ -398,8 +398,8 @@ class Config:
         """A config built or changed in Python (`dataclasses.replace`) is held to what one read from a file is,
         as far as its sections go together; each section checks its own fields."""
         for name, cls in (*_SECTIONS.items(), ("actors", ActorsConfig | None), ("learners", LearnersConfig | None)):
-            _require(isinstance(getattr(self, name), cls), name, f"a {_class_names(cls)}",
-                     _Shown(type(getattr(self, name)).__name__))
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"{name} must be a {_class_names(cls)}, got {type(getattr(self, name)).__name__}")
         groups = self.groups
         _require(isinstance(groups, tuple) and len(groups) > 0 and all(isinstance(g, GroupConfig) for g in groups),
                  "groups", "a non-empty tuple of GroupConfig", groups)
@@ -541,7 +541,7 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
         if name == "run":
             raw = {"name": default_name, **raw}
         sections[name] = _dataclass_from(cls, raw, name)
-    run, tournament = sections["run"], sections["tournament"]
+    run = sections["run"]
     if "groups" in data:
         raw_groups = data["groups"]
         if not isinstance(raw_groups, list) or not raw_groups:
@@ -551,7 +551,7 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
                 raise ConfigError(f"[{single}] belongs inside each [[groups]] table when [[groups]] are declared")
         if run.algorithm is not None:
             raise ConfigError("run.algorithm must be left out when [[groups]] are declared")
-        groups = tuple(_group(_table(g, f"groups[{i}]"), f"groups[{i}]", tournament) for i, g in enumerate(raw_groups))
+        groups = tuple(_group(_table(g, f"groups[{i}]"), f"groups[{i}]") for i, g in enumerate(raw_groups))
         names = [g.name for g in groups]
         if len(set(names)) != len(names):
             raise ConfigError(f"groups: names must differ, got {names}")
@@ -559,7 +559,7 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
         if run.algorithm is None:
             raise ConfigError("missing key run.algorithm (or declare [[groups]])")
         single = {"algorithm": run.algorithm, "hparams": data.get("hparams", {}), "search": data.get("search", {})}
-        groups = (_group(single, "", tournament),)
+        groups = (_group(single, ""),)
     _check_gpu_threads(groups, sections["cluster"], sections["segment"], "groups" in data)
     if "actors" in data and "learners" in data:  # before either section's own checks, which would mislead
         raise ConfigError("learners: [learners] with [actors] is not built yet (several learners each with actors); "
@@ -636,7 +636,7 @@ def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster:
 _GROUP_KEYS = ("name", "algorithm", "weight", "env_steps", "hparams", "search")
 
 
-def _group(raw: Mapping[str, Any], prefix: str, tournament: TournamentConfig) -> GroupConfig:
+def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
     """One group: its algorithm's hyper-parameters validated, its priors parsed."""
     dot = f"{prefix}." if prefix else ""
     for key in raw:
@@ -671,10 +671,6 @@ def _group(raw: Mapping[str, Any], prefix: str, tournament: TournamentConfig) ->
             info.config_cls(**sample_hparams(hparams, {key: search[key]}, random.Random(0)))
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{dot}search.{key}: {e}") from None
-    bad = [p for p in tournament.perturb if p not in info.tunable]
-    if bad:
-        raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of {algorithm} "
-                          f"(tunable: {', '.join(info.tunable)})")
     weight = _coerce(raw.get("weight", 1.0), float, f"{dot}weight")
     _require(weight > 0, f"{dot}weight", "> 0", weight)
     env_steps = _coerce(raw.get("env_steps", 0), int, f"{dot}env_steps")
@@ -721,13 +717,6 @@ def _check_field_names(cls: type, fields: Mapping[str, Any], prefix: str) -> Non
 
 def _class_names(cls: Any) -> str:
     return " or ".join("None" if c is type(None) else c.__name__ for c in typing.get_args(cls) or (cls,))
-
-
-class _Shown(str):
-    """A text shown as it is in a message (`got RunConfig`, not `got 'RunConfig'`)."""
-
-    def __repr__(self) -> str:
-        return str(self)
 
 
 def _table(raw: Any, name: str) -> Mapping[str, Any]:
