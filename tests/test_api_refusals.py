@@ -146,6 +146,9 @@ def test_run_tournament_takes_one_cluster_and_a_running_client(config, cpu_clust
     ({"name": "gym:Pendulum-v1", "num_envs": 2, "seed": -1}, ValueError, "seed must be None or an integer"),
     ({"name": "Pendulum-v1", "num_envs": 2, "seed": 2**64}, ValueError, "seed must be None or an integer"),
     ({"name": "Pendulum-v1", "num_envs": 2, "device": "nonsense"}, ValueError, "device 'nonsense' cannot be used"),
+    # a callable that is not an env factory failed with its own TypeError ("getcwd() takes no keyword arguments")
+    ({"name": "os:getcwd", "num_envs": 2}, TypeError,
+     "env 'os:getcwd': getcwd cannot be called as a VecEnv class or factory with num_envs, device, seed"),
 ])
 def test_make_vec_env_names_an_argument_that_cannot_work(arguments, error, says):
     with pytest.raises(error) as refused:
@@ -227,3 +230,66 @@ def test_a_segment_spec_that_cannot_run_is_refused_when_made(fields, says):
         SegmentSpec(**{"key": "s000000-aaaaaaaa", "store_url": "s.zarr", "env": "Pendulum-v1", "algorithm": "sac",
                        "hparams": {}, **fields})
     assert says in str(refused.value)
+
+
+def test_an_action_space_without_finite_bounds_is_refused_by_every_algorithm_that_scales_into_it():
+    # scaled into [-inf, inf], SAC's actions were NaN: every segment diverged after its first iteration
+    from gymnasium.spaces import Box
+
+    from dask_podracer.agents import make_agent
+
+    unbounded = Box(np.array([-1.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32))
+    for algorithm in ("sac", "td3", "ddpg", "ppo"):
+        with pytest.raises(ValueError, match="the action space's bounds must be finite .* 2 of its 4 are not"):
+            make_agent(algorithm, Box(-1, 1, (3,)), unbounded, {"hidden": [8]})
+
+
+def test_check_vec_env_refuses_a_step_limit_that_checks_nothing():
+    from dask_podracer.envs import check_vec_env
+
+    env = make_vec_env("Pendulum-v1", 2, seed=0)
+    for steps in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=f"max_steps must be None or an integer >= 1 .*got {steps}"):
+            check_vec_env(env, max_steps=steps)
+    assert check_vec_env(env, max_steps=3)  # a small limit still checks
+
+
+def _saved_sac(tmp_path):
+    from dask_podracer.agents import make_agent
+    from dask_podracer.train import SegmentResult, save_agent
+
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    env = make_vec_env("Pendulum-v1", 1)
+    hparams = {"hidden": [16, 16], "num_envs": 2}
+    agent = make_agent("sac", env.single_observation_space, env.single_action_space, hparams)
+    result = SegmentResult(key="s000000-aaaaaaaa", parent=None, algorithm="sac", env="Pendulum-v1", hparams=hparams,
+                           score=0.0, segment_env_steps=0, lineage_env_steps=0, train_seconds=0.0, eval_seconds=0.0,
+                           generation=0, device="cpu", metrics={})
+    save_agent(store, result.key, agent, result, 0)
+    return store, result.key
+
+
+def test_loading_with_hparams_of_other_networks_names_them_in_one_line(tmp_path):
+    # torch's own error was six lines, one per tensor, and named no hyper-parameter
+    from dask_podracer.train import load_agent
+
+    store, key = _saved_sac(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        load_agent(store, key, hparams={"hidden": [8]})
+    says = str(refused.value)
+    assert says.startswith(f"checkpoint '{key}' does not fit the networks hparams {{'hidden': [8]}} build (size "
+                           f"mismatch for ") and says.endswith("it was saved with {'hidden': [16, 16]}")
+    assert "\n" not in says
+    assert load_agent(store, key, hparams={"hidden": [16, 16], "actor_lr": 0.1}) is not None  # other rates fit
+
+
+def test_the_checkpoint_functions_name_a_store_given_as_a_url(tmp_path):
+    # a URL where the store object goes gave "'str' object has no attribute 'load_checkpoint'"
+    from dask_podracer.train import load_agent, replay_layout, replay_sources
+
+    store, key = _saved_sac(tmp_path)
+    for call in (lambda: load_agent(store.url, key), lambda: replay_layout(store.url, key),
+                 lambda: replay_sources(str(tmp_path / "s.zarr"), key)):
+        with pytest.raises(TypeError, match=r"store must be a PodracerStore \(open one with PodracerStore\(url\)\), "
+                                            r"got str '.*s\.zarr'"):
+            call()

@@ -170,6 +170,11 @@ BIG = "1180591620717411303424"  # 2**70
     ("pendulum_mixed.toml", "groups.0.hparams.hidden=[1000000,1000000]",
      "groups[0].hparams.hidden = [1000000, 1000000]"),
     ("pendulum.toml", "hparams.utd_ratio=inf", "hparams.utd_ratio must be a finite number, got inf"),
+    # absurd values that fit 64 bits: the client built a billion agents for hours; LocalCluster forked a million
+    ("pendulum.toml", "tournament.pool_size=1000000000", "tournament.pool_size = 1000000000 makes a pool of "
+     "1,000,000,000 agents: the client's state of them alone needs at least 1,863 GiB, more than this machine's"),
+    ("pendulum.toml", "cluster.workers=1000000", "cluster.workers = 1,000,000 worker processes need at least "
+     "195,312 GiB (each imports torch: 200 MiB or more), more than this machine's"),
     ("pendulum.toml", "hparams.actor_lr=inf", "hparams.actor_lr must be a finite number"),
     ("pendulum_ppo.toml", "hparams.log_std_init=nan", "hparams.log_std_init must be a number, got nan"),
     ("impala_cartpole.toml", "hparams.learning_rate=inf", "hparams.learning_rate must be a finite number"),

@@ -429,3 +429,14 @@ def test_the_spec_is_built_from_the_instruction_alone():
                                       "segment": {"seconds": 20.0, "env_steps": 0}})
     first = capped.handle(CapacityChanged(1))[0]
     assert segment_spec(first, "s", 300.0).seconds == 20.0 and segment_spec(first, "s", 5.0).seconds == 5.0
+
+
+def test_a_large_pool_starts_in_the_groups_weights():
+    # the agents of a pool are made in one pass (counting the groups for each new agent grew with the square
+    # of the pool: 29 s for 30,000 agents); the groups' weights and the agents' order are as they were
+    wide = {"name": "wide", "algorithm": "sac", "weight": 3.0, "hparams": {"hidden": [32, 32]}}
+    m = make(groups=[{"algorithm": "sac"}, wide], pool_size=4000, perturb=[])
+    out = m.handle(CapacityChanged(2))
+    assert [i.agent for i in out] == list(range(4000)) and [i.key for i in out] == [f"k{i}" for i in range(4000)]
+    assert [i.group for i in out[:8]] == ["wide", "wide", "sac", "wide", "wide", "wide", "sac", "wide"]
+    assert sum(i.group == "sac" for i in out) == 1000 and sum(i.group == "wide" for i in out) == 3000

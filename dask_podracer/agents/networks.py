@@ -26,6 +26,11 @@ class ActionScale(nn.Module):
         super().__init__()
         low_t = torch.as_tensor(low, dtype=torch.float32)
         high_t = torch.as_tensor(high, dtype=torch.float32)
+        infinite = int((~torch.isfinite(low_t)).sum() + (~torch.isfinite(high_t)).sum())
+        if infinite:  # scaled into infinite bounds, every action is inf or NaN, and every segment diverges
+            raise ValueError(f"the action space's bounds must be finite (actions are scaled into them), but "
+                             f"{infinite} of its {low_t.numel() + high_t.numel()} are not: give the env's Box "
+                             f"finite low and high")
         self.register_buffer("center", (high_t + low_t) / 2)
         self.register_buffer("half_range", (high_t - low_t) / 2)
 

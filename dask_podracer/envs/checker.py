@@ -111,6 +111,8 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
     `policy` maps obs `[B, *obs_shape]` to actions (default: uniformly random actions),
     e.g. to drive an env to its terminal states. Returns what the checks covered.
     """
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be None or an integer >= 1 (0 steps would check nothing), got {max_steps!r}")
     missing = [name for name in VEC_ENV_MEMBERS if not hasattr(env, name)]
     _require(not missing, env, f"lacks the VecEnv members {', '.join(missing)}")
     _require(isinstance(env.num_envs, int) and env.num_envs >= 1, env, f"num_envs = {env.num_envs!r}")

@@ -17,6 +17,7 @@ names the same env (see docs/faq.md, "What loading a store can and cannot do").
 from __future__ import annotations
 
 import importlib
+import inspect
 import numbers
 import re
 from collections.abc import Callable
@@ -113,6 +114,7 @@ def _imported(name: str) -> EnvFactory:
         return lambda **kwargs: make_gym_env_class_vec_env(name, target, **kwargs)
 
     def build(**kwargs) -> VecEnv:
+        _check_takes_vec_env_arguments(name, attribute, target, kwargs)
         env = target(**kwargs)
         missing = [a for a in VEC_ENV_MEMBERS if not hasattr(env, a)]
         if missing:
@@ -122,6 +124,20 @@ def _imported(name: str) -> EnvFactory:
         return env
 
     return build
+
+
+def _check_takes_vec_env_arguments(name: str, attribute: str, target: Callable, kwargs: dict) -> None:
+    """A callable that cannot take a VecEnv's arguments is not a VecEnv factory (`os:getcwd`): say so, rather than
+    pass on its own TypeError. A signature Python cannot read (some builtins) is left to the call."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as e:
+        raise TypeError(f"env {name!r}: {attribute} cannot be called as a VecEnv class or factory with "
+                        f"{', '.join(kwargs)} ({e})") from None
 
 
 class StoredEnvRefused(ValueError):

@@ -51,6 +51,9 @@ def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
     except (RuntimeError, MemoryError) as e:  # torch cannot allocate what the hparams ask for (a buffer, a layer)
         raise ConfigError(f"{config.source}: cannot build the env and agents this config asks for on this machine: "
                           f"{type(e).__name__}: {first_line(e)}") from None
+    _check_pool_fits(config)
+    if embedded:
+        _check_embedded_workers_fit(config)
     if embedded and config.segment.device != "auto":
         try:  # the embedded cluster's workers are this machine's processes: what it lacks, they lack
             usable_device(config.segment.device)
@@ -58,6 +61,41 @@ def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
             raise ConfigError(f"{config.source}: cannot use segment.device {config.segment.device!r} on this machine "
                               f"(the embedded cluster's): {first_line(e)}") from None
     check_store_fits(config)  # its errors name the store, which may come from the command line, not the config
+
+
+AGENT_STATE_BYTES = 2_000
+"""A floor on the client's memory for one agent of the pool: the tournament's state of it and its segment's
+instruction measured 2,370 bytes (tracemalloc, 20,000 agents); Dask's future and task for it come on top."""
+
+WORKER_PROCESS_BYTES = 200 * 2**20
+"""A floor on the memory of one worker process of the embedded cluster: a process that has imported torch,
+distributed and dask_podracer.train, as a worker running segments has, measured 259 MB resident (torch alone
+223 MB)."""
+
+
+def _check_pool_fits(config: Config) -> None:
+    """A pool no memory of this machine holds is refused, not left to a client that builds its agents for hours."""
+    tournament = config.tournament
+    agents = tournament.pool_size + tournament.pending
+    memory = psutil.virtual_memory().total
+    if agents * AGENT_STATE_BYTES > memory:
+        field = "tournament.pool_size" if tournament.pool_size else "tournament.pending"
+        raise ConfigError(f"{config.source}: {field} = {getattr(tournament, field.split('.')[1])} makes a pool of "
+                          f"{agents:,} agents: the client's state of them alone needs at least "
+                          f"{agents * AGENT_STATE_BYTES / 2**30:,.0f} GiB, more than this machine's "
+                          f"{memory / 2**30:,.0f} GiB")
+
+
+def _check_embedded_workers_fit(config: Config) -> None:
+    """The embedded cluster's worker processes all run on this machine: more than its memory holds would start
+    for minutes and then die one by one (Dask gives each its share of the memory as its limit)."""
+    workers = config.cluster.workers
+    memory = psutil.virtual_memory().total
+    if workers * WORKER_PROCESS_BYTES > memory:
+        raise ConfigError(f"{config.source}: cluster.workers = {workers:,} worker processes need at least "
+                          f"{workers * WORKER_PROCESS_BYTES / 2**30:,.0f} GiB (each imports torch: "
+                          f"{WORKER_PROCESS_BYTES // 2**20} MiB or more), more than this machine's "
+                          f"{memory / 2**30:,.0f} GiB; the embedded cluster runs them all here")
 
 
 def _check_network_fits(group: GroupConfig, env: Any, field: str) -> None:

@@ -8,6 +8,7 @@ The attributes written are `store.records.CheckpointAttrs`; the arrays are the a
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PurePath
 
 import numpy as np
 import torch
@@ -20,6 +21,13 @@ from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.store.records import CheckpointAttrs
 from dask_podracer.train.spec import SegmentError, SegmentResult, SegmentSpec
 from dask_podracer.train.state import flatten_state, unflatten_state
+
+
+def _check_store(store: object) -> None:
+    if not isinstance(store, PodracerStore):  # a URL where the store goes: say so, not "no attribute load_checkpoint"
+        given = f" {store!r}" if isinstance(store, (str, PurePath)) else ""
+        raise TypeError(f"store must be a PodracerStore (open one with PodracerStore(url)), got "
+                        f"{type(store).__name__}{given}")
 
 
 def result_from_attrs(key: str, attrs: CheckpointAttrs, device: str | None = None) -> SegmentResult:
@@ -44,6 +52,7 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
                replay_base: str | None = None, own_rows: int = 0) -> None:
     """Save `agent` under `key`. With `replay_base`, only the newest `own_rows` replay rows are stored and
     the older ones by reference to that checkpoint's buffer (`"replay_base": {"key", "rows"}`)."""
+    _check_store(store)
     if isinstance(own_rows, bool) or not isinstance(own_rows, int) or own_rows < 0:
         raise ValueError(f"own_rows must be an integer >= 0, got {own_rows!r}")
     if replay_base is not None and not store.has_checkpoint(replay_base):
@@ -78,6 +87,7 @@ def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu
     trained on: a checkpoint on another is refused, and one whose env is imported by path
     ("my_envs:Arm") loads only when you name it here, since building it runs that module
     (UnnamedEnvError otherwise; registered envs and plain gymnasium ids need no name)."""
+    _check_store(store)
     checkpoint = store.load_checkpoint(key)
     attrs = checkpoint.attrs
     check_env_named(attrs["env"], env, f"checkpoint '{key}' of store '{store.url}'")
@@ -89,7 +99,16 @@ def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu
         _complete_replay(store, attrs, state, device)
     else:
         state.pop(REPLAY, None)
-    agent.load_state_dict(state)
+    try:
+        agent.load_state_dict(state)
+    except RuntimeError as e:  # torch's "Error(s) in loading state_dict", a line per tensor: name the first
+        if hparams is None:
+            raise
+        mismatch = next((line.strip() for line in str(e).splitlines() if "mismatch" in line or "Missing" in line),
+                        str(e).splitlines()[0])
+        own = {name: attrs["hparams"].get(name) for name in hparams}
+        raise ValueError(f"checkpoint '{key}' does not fit the networks hparams {hparams} build ({mismatch}); it "
+                         f"was saved with {own}") from None
     return agent
 
 
@@ -186,6 +205,7 @@ def replay_sources(store: PodracerStore, key: str,
     `tournament.replay = "share"`), nearest first: what must outlive it. The rows are counted as
     `read_shared_replay` takes them, so an ancestor past the buffer's size is not one of them. `layout` is
     `replay_layout`, or a cache of it (a checkpoint's layout never changes)."""
+    _check_store(store)
     layout = layout or (lambda k: replay_layout(store, k))
     sources: list[str] = []
     _, base, rows = layout(key)
@@ -203,6 +223,7 @@ def replay_sources(store: PodracerStore, key: str,
 def replay_layout(store: PodracerStore, key: str) -> tuple[int, str | None, int]:
     """A checkpoint's replay rows: how many it stores itself, and the checkpoint it refers to for how many more
     (None, 0 without a reference); from metadata alone."""
+    _check_store(store)
     base = store.checkpoint_attrs(key).get("replay_base")
     own_names = [name for name in store.array_names(key) if name.startswith(f"{REPLAY}.")]
     own = store.array_shape(key, own_names[0])[0] if own_names else 0
