@@ -494,10 +494,13 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 def format_leaderboard(entries: Sequence[LeaderboardEntry]) -> str:
     if not entries:
         return "(the leaderboard is empty)"
+    from dask_podracer.status import number_text
+
     lines = [f"{'rank':>4}  {'key':<17} {'score':>9} {'env steps':>10}  {'algorithm':<9} {'gen':>3}  parent"]
-    for i, e in enumerate(entries, 1):
-        lines.append(f"{i:>4}  {e['key']:<17} {e['score']:>9.1f} {e['env_steps']:>10,}  {e['algorithm']:<9} "
-                     f"{e.get('generation', 0):>3}  {e.get('parent') or '-'}")
+    for i, e in enumerate(entries, 1):  # a board written by hand may lack a field: shown as "-"
+        lines.append(f"{i:>4}  {str(e.get('key', '-')):<17} {number_text(e.get('score'), '>9.1f')} "
+                     f"{number_text(e.get('env_steps'), '>10,')}  {str(e.get('algorithm', '-')):<9} "
+                     f"{number_text(e.get('generation', 0), '>3')}  {e.get('parent') or '-'}")
     return "\n".join(lines)
 
 

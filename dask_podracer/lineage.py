@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dask_podracer.status import number_text
+
 if TYPE_CHECKING:
     from dask_podracer.store.records import HistoryRecord
 
@@ -58,7 +60,8 @@ def _line(records: Mapping[str, Mapping[str, Any]], key: str, prefix: str, marke
     parent = records.get(r.get("parent") or "")
     changed = {k: v for k, v in r.get("hparams", {}).items() if parent is None or parent.get("hparams", {}).get(k) != v}
     shown = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(changed.items())) if parent else ""
-    tags = [f"gen {r.get('generation', 0)}", f"score {r['score']:.1f}", f"agent {r.get('agent', '-')}"]
+    tags = [f"gen {r.get('generation', 0)}", f"score {number_text(r.get('score'), '.1f')}",
+            f"agent {r.get('agent', '-')}"]
     if r.get("adopted"):
         tags.append("adopted")
     if stored is not None and key not in stored:

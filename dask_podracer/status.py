@@ -9,6 +9,7 @@ holds the last error.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -120,10 +121,11 @@ def format_status(s: StoreStatus) -> str:
     if s.config:
         lines.append(("config", s.config))
     if s.best:
-        stderr = f" ± {s.best['score_stderr']:.1f}" if s.best.get("score_stderr") else ""
+        stderr = f" ± {number_text(s.best['score_stderr'], '.1f')}" if s.best.get("score_stderr") else ""
         group = s.best.get("group") or s.best.get("algorithm") or "-"
-        steps = int(s.best.get("env_steps") or 0)
-        lines.append(("best", f"{s.best['score']:.1f}{stderr}  {s.best['key']}  ({group}, {steps:,} env steps)"))
+        steps = number_text(s.best.get("env_steps") or 0, ",")
+        lines.append(("best", f"{number_text(s.best['score'], '.1f')}{stderr}  {s.best['key']}  ({group}, {steps} "
+                              f"env steps)"))
     else:
         lines.append(("best", "- (the leaderboard is empty)"))
     leg = f"; {s.leg_segments} in this leg" if s.invocations > 1 else ""  # else the same, up to the state's lag
@@ -189,6 +191,15 @@ def run_phase(state: Mapping[str, Any], now: float) -> str:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def number_text(value: Any, spec: str) -> str:
+    """`value` formatted with `spec` if it is a number, else "-": a table written by hand, or damaged, may lack
+    one, and a store command shows the rest rather than a traceback."""
+    if _number(value) is not None:
+        return format(value, spec)
+    align, width = re.match(r"([<>^]?)(\d*)", spec).groups()  # the dash keeps the number's column
+    return format("-", f"{align or '>'}{width}")
 
 
 def _date(seconds: float | None) -> str:

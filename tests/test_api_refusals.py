@@ -293,3 +293,37 @@ def test_the_checkpoint_functions_name_a_store_given_as_a_url(tmp_path):
         with pytest.raises(TypeError, match=r"store must be a PodracerStore \(open one with PodracerStore\(url\)\), "
                                             r"got str '.*s\.zarr'"):
             call()
+
+
+def test_a_board_entry_without_a_key_or_a_score_is_refused_and_the_board_kept(tmp_path):
+    # every reader ranks and shows entries by their key and score: `podracer status` gave a traceback on one
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    board = [{"key": "s000000-aaaaaaaa", "score": -150.0}]
+    store.write_leaderboard(board)
+    for bad, says in (({"key": "k"}, "score None"), ({"key": "k", "score": "high"}, "score 'high'"),
+                      ({"key": "k", "score": True}, "score True"), ({"score": 1.0}, "key None")):
+        with pytest.raises(TypeError, match=f"leaderboard entry 1 of store .* needs a key .* {says}"):
+            store.write_leaderboard([*board, bad])
+    assert store.read_leaderboard() == board
+
+
+def test_the_store_commands_show_a_damaged_table_with_dashes(tmp_path, capsys):
+    # a board or history changed by hand (or damaged) that lacks a score: status, leaderboard and lineage gave
+    # tracebacks; they show what is there, "-" where a number is missing
+    import json
+
+    from dask_podracer.cli import main
+
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    store.write_leaderboard([{"key": "k1", "score": -150.0}])
+    store.append_history({"key": "k1", "status": "finished", "score": None})
+    meta = tmp_path / "s.zarr" / "leaderboard" / "zarr.json"  # as a hand edit would leave it
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["entries"] = [{"key": "k1"}]
+    meta.write_text(json.dumps(doc))
+    assert main(["status", store.url]) == 0
+    assert "best       -  k1  (-, 0 env steps)" in capsys.readouterr().out
+    assert main(["leaderboard", store.url]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["1", "k1", "-", "-", "-", "0", "-"]
+    assert main(["lineage", store.url, "k1"]) == 0
+    assert "k1  gen 0  score -  agent -" in capsys.readouterr().out

@@ -155,7 +155,7 @@ def test_only_a_bare_store_is_removed(tmp_path: Path) -> None:
     bare = PodracerStore(tmp_path / "bare.zarr", create=True)
     assert bare.remove_if_bare() and not (tmp_path / "bare.zarr").exists()
     keepers = {"state": lambda s: s.write_run_state({"segments": 1}), "history": lambda s: s.append_history({"a": 1}),
-               "board": lambda s: s.write_leaderboard([{"key": "k"}]),
+               "board": lambda s: s.write_leaderboard([{"key": "k", "score": 1.0}]),
                "checkpoint": lambda s: s.save_checkpoint("k", {"w": np.zeros(2)}, {})}
     for name, record in keepers.items():
         store = PodracerStore(tmp_path / f"{name}.zarr", create=True)
@@ -348,11 +348,11 @@ def test_concurrent_writers_in_processes_leave_shared_metadata_alone(store: Podr
     procs = [subprocess.Popen([sys.executable, "-c", script, store.url, str(w)], env=env) for w in workers]
     rounds = 0
     while rounds == 0 or (any(p.poll() is None for p in procs) and rounds < 2000):  # until workers finish
-        store.write_leaderboard([{"key": "x", "round": rounds}])  # the orchestrator writes meanwhile
+        store.write_leaderboard([{"key": "x", "score": 0.0, "round": rounds}])  # the orchestrator writes meanwhile
         assert set(store.checkpoint_keys()) <= {f"w{w}-{i}" for w in workers for i in range(5)}
         rounds += 1
     assert [p.wait(timeout=60) for p in procs] == [0 for _ in workers]
-    assert store.read_leaderboard() == [{"key": "x", "round": rounds - 1}]
+    assert store.read_leaderboard() == [{"key": "x", "score": 0.0, "round": rounds - 1}]
     keys = store.checkpoint_keys()
     assert keys == sorted(f"w{w}-{i}" for w in workers for i in range(5))
     for key in keys:

@@ -48,6 +48,11 @@ def write_leaderboard(store: Store, entries: Sequence[Mapping], where: str) -> N
     # after the check would be empty (the whole table is replaced)
     if not isinstance(entries, list | tuple) or not all(isinstance(e, Mapping) for e in entries):
         raise TypeError(f"leaderboard of store '{where}' must be a list of mappings, got {type(entries).__name__}")
+    for i, entry in enumerate(entries):  # every reader ranks and shows entries by these two
+        score = entry.get("score")
+        if not isinstance(entry.get("key"), str) or isinstance(score, bool) or not isinstance(score, int | float):
+            raise TypeError(f"leaderboard entry {i} of store '{where}' needs a key (a string) and a score (a "
+                            f"number), got key {entry.get('key')!r} and score {score!r}")
     write_attrs(store, LEADERBOARD, {"entries": to_json([dict(e) for e in entries], "leaderboard entries")})
 
 
