@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import math
 import random
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,10 +24,7 @@ from dask_podracer.agents.actor_learner import learns_from_actors
 from dask_podracer.envs import canonical_env_name, registered_envs
 from dask_podracer.envs.registry import IMPORT_PATH
 from dask_podracer.search import Prior, parse_prior, sample_hparams
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, of the wrong type or out of range."""
+from dask_podracer.typed_fields import ConfigError, coerce, dataclass_from, describe, field_hints, require
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +58,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check_field_types(self, "run")
         known = self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env))
-        _require(known, "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv "
-                 f"or gymnasium Env as '<module>:<name>'", self.env)
+        require(known, "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv "
+                f"or gymnasium Env as '<module>:<name>'", self.env)
         try:
             object.__setattr__(self, "env", canonical_env_name(self.env))
         except (ValueError, ImportError, TypeError) as e:  # an import path that does not lead to a VecEnv
@@ -73,16 +68,16 @@ class RunConfig:
             _check_kwargs(getattr(self, field), f"run.{field}")
             object.__setattr__(self, field, dict(getattr(self, field)))
         if self.algorithm is not None:
-            _require(self.algorithm in registered_algorithms(), "run.algorithm",
-                     f"one of {registered_algorithms()}", self.algorithm)
+            require(self.algorithm in registered_algorithms(), "run.algorithm",
+                    f"one of {registered_algorithms()}", self.algorithm)
         check_run_name(self.name, "run.name")
         parse_duration(self.budget, "run.budget")
         # each segment's seed is derived as seed * 1_000_003 + its index: torch's generator takes 64 bits
-        _require(isinstance(self.seed, int) and 0 <= self.seed < 2**32, "run.seed", "an integer from 0 to 2**32 - 1",
-                 self.seed)
-        _require(self.max_segments >= 0, "run.max_segments", ">= 0", self.max_segments)
+        require(isinstance(self.seed, int) and 0 <= self.seed < 2**32, "run.seed", "an integer from 0 to 2**32 - 1",
+                self.seed)
+        require(self.max_segments >= 0, "run.max_segments", ">= 0", self.max_segments)
         if self.target_return is not None:
-            _require(math.isfinite(self.target_return), "run.target_return", "a finite number", self.target_return)
+            require(math.isfinite(self.target_return), "run.target_return", "a finite number", self.target_return)
 
     @property
     def budget_seconds(self) -> float:
@@ -144,25 +139,25 @@ class TournamentConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "tournament")
-        _require(self.strategy in STRATEGIES, "tournament.strategy", f"one of {list(STRATEGIES)}", self.strategy)
-        _require(self.pool_size >= 0, "tournament.pool_size", ">= 0", self.pool_size)
-        _require(self.pending >= 0, "tournament.pending", ">= 0", self.pending)
-        _require(self.leaderboard_size >= 1, "tournament.leaderboard_size", ">= 1", self.leaderboard_size)
-        _require(self.fresh_agents >= 1, "tournament.fresh_agents", ">= 1", self.fresh_agents)
-        _require(self.selection in ("tournament", "softmax"), "tournament.selection", "tournament or softmax",
-                 self.selection)
-        _require(self.tournament_size >= 1, "tournament.tournament_size", ">= 1", self.tournament_size)
-        _require(self.softmax_temperature > 0, "tournament.softmax_temperature", "> 0", self.softmax_temperature)
-        _require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
-        _require(self.adopt_margin >= 0, "tournament.adopt_margin", ">= 0", self.adopt_margin)
-        _require(self.progress_margin >= 0, "tournament.progress_margin", ">= 0", self.progress_margin)
-        _require(self.ready >= 1, "tournament.ready", ">= 1", self.ready)
-        _require(0 < self.quantile <= 0.5, "tournament.quantile", "in (0, 0.5]", self.quantile)
-        _require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
-        _require(0 <= self.resample_probability <= 1, "tournament.resample_probability", "in [0, 1]",
-                 self.resample_probability)
-        _require(self.replay in ("copy", "share", "reset"), "tournament.replay", "copy, share or reset", self.replay)
-        _require(self.retries >= 0, "tournament.retries", ">= 0", self.retries)
+        require(self.strategy in STRATEGIES, "tournament.strategy", f"one of {list(STRATEGIES)}", self.strategy)
+        require(self.pool_size >= 0, "tournament.pool_size", ">= 0", self.pool_size)
+        require(self.pending >= 0, "tournament.pending", ">= 0", self.pending)
+        require(self.leaderboard_size >= 1, "tournament.leaderboard_size", ">= 1", self.leaderboard_size)
+        require(self.fresh_agents >= 1, "tournament.fresh_agents", ">= 1", self.fresh_agents)
+        require(self.selection in ("tournament", "softmax"), "tournament.selection", "tournament or softmax",
+                self.selection)
+        require(self.tournament_size >= 1, "tournament.tournament_size", ">= 1", self.tournament_size)
+        require(self.softmax_temperature > 0, "tournament.softmax_temperature", "> 0", self.softmax_temperature)
+        require(self.select_from_top >= 1, "tournament.select_from_top", ">= 1", self.select_from_top)
+        require(self.adopt_margin >= 0, "tournament.adopt_margin", ">= 0", self.adopt_margin)
+        require(self.progress_margin >= 0, "tournament.progress_margin", ">= 0", self.progress_margin)
+        require(self.ready >= 1, "tournament.ready", ">= 1", self.ready)
+        require(0 < self.quantile <= 0.5, "tournament.quantile", "in (0, 0.5]", self.quantile)
+        require(self.perturb_factor >= 1.0, "tournament.perturb_factor", ">= 1", self.perturb_factor)
+        require(0 <= self.resample_probability <= 1, "tournament.resample_probability", "in [0, 1]",
+                self.resample_probability)
+        require(self.replay in ("copy", "share", "reset"), "tournament.replay", "copy, share or reset", self.replay)
+        require(self.retries >= 0, "tournament.retries", ">= 0", self.retries)
 
 
 STRATEGIES = ("tournament", "pbt", "generational", "random")
@@ -192,12 +187,12 @@ class GroupConfig:
         prefix = f"groups[{self.name!r}]"
         _check_field_types(self, prefix)
         check_run_name(self.name, f"{prefix}.name")  # it names the group's agents, tables and directories
-        _require(self.algorithm in registered_algorithms(), f"{prefix}.algorithm", f"one of {registered_algorithms()}",
-                 self.algorithm)
-        _require(self.weight > 0 and math.isfinite(self.weight), f"{prefix}.weight", "> 0", self.weight)
-        _require(self.env_steps >= 0, f"{prefix}.env_steps", ">= 0", self.env_steps)
-        checked = _dataclass_from(algorithm_info(self.algorithm).config_cls, _table(self.hparams, f"{prefix}.hparams"),
-                                  f"{prefix}.hparams")
+        require(self.algorithm in registered_algorithms(), f"{prefix}.algorithm", f"one of {registered_algorithms()}",
+                self.algorithm)
+        require(self.weight > 0 and math.isfinite(self.weight), f"{prefix}.weight", "> 0", self.weight)
+        require(self.env_steps >= 0, f"{prefix}.env_steps", ">= 0", self.env_steps)
+        checked = dataclass_from(algorithm_info(self.algorithm).config_cls, _table(self.hparams, f"{prefix}.hparams"),
+                                 f"{prefix}.hparams")
         object.__setattr__(self, "hparams", dataclasses.asdict(checked))  # every field filled in, as `_group`'s
         _check_finite(self.hparams, f"{prefix}.hparams")
 
@@ -218,14 +213,14 @@ class SegmentConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "segment")
-        _require(self.env_steps >= 0, "segment.env_steps", ">= 0", self.env_steps)
-        _require(self.seconds >= 0, "segment.seconds", ">= 0", self.seconds)
-        _require(self.env_steps > 0 or self.seconds > 0, "segment.env_steps",
-                 "> 0 unless segment.seconds is set", self.env_steps)
-        _require(self.eval_episodes >= 1, "segment.eval_episodes", ">= 1", self.eval_episodes)
-        _require(self.device == "auto" or bool(re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device)),
-                 "segment.device", '"auto", "cpu", "cuda" or "cuda:N"', self.device)
-        _require(self.torch_threads >= 1, "segment.torch_threads", ">= 1", self.torch_threads)
+        require(self.env_steps >= 0, "segment.env_steps", ">= 0", self.env_steps)
+        require(self.seconds >= 0, "segment.seconds", ">= 0", self.seconds)
+        require(self.env_steps > 0 or self.seconds > 0, "segment.env_steps",
+                "> 0 unless segment.seconds is set", self.env_steps)
+        require(self.eval_episodes >= 1, "segment.eval_episodes", ">= 1", self.eval_episodes)
+        require(self.device == "auto" or bool(re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device)),
+                "segment.device", '"auto", "cpu", "cuda" or "cuda:N"', self.device)
+        require(self.torch_threads >= 1, "segment.torch_threads", ">= 1", self.torch_threads)
 
 
 GPU_SHARING = ("processes", "threads")
@@ -276,17 +271,17 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "cluster")
-        _require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
-                 self.resource)
-        _require(self.capacity_timeout > 0, "cluster.capacity_timeout", "> 0", self.capacity_timeout)
-        _require(self.shrink_delay >= 0, "cluster.shrink_delay", ">= 0", self.shrink_delay)
-        _require(self.allowed_failures >= 0, "cluster.allowed_failures", ">= 0", self.allowed_failures)
-        _require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
-        _require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
-        _require(self.segments_per_gpu >= 1, "cluster.segments_per_gpu", ">= 1", self.segments_per_gpu)
-        _require(self.gpu_sharing in GPU_SHARING, "cluster.gpu_sharing", '"processes" or "threads"', self.gpu_sharing)
-        _require(_is_listen_address(self.dashboard_address), "cluster.dashboard_address",
-                 '"HOST:PORT", ":PORT" or "PORT", PORT 0-65535 (0: any free port)', self.dashboard_address)
+        require(self.resource in ("auto", "GPU", "CPU", "none"), "cluster.resource", '"auto", "GPU", "CPU" or "none"',
+                self.resource)
+        require(self.capacity_timeout > 0, "cluster.capacity_timeout", "> 0", self.capacity_timeout)
+        require(self.shrink_delay >= 0, "cluster.shrink_delay", ">= 0", self.shrink_delay)
+        require(self.allowed_failures >= 0, "cluster.allowed_failures", ">= 0", self.allowed_failures)
+        require(self.workers >= 0, "cluster.workers", ">= 0", self.workers)
+        require(self.threads_per_worker >= 1, "cluster.threads_per_worker", ">= 1", self.threads_per_worker)
+        require(self.segments_per_gpu >= 1, "cluster.segments_per_gpu", ">= 1", self.segments_per_gpu)
+        require(self.gpu_sharing in GPU_SHARING, "cluster.gpu_sharing", '"processes" or "threads"', self.gpu_sharing)
+        require(_is_listen_address(self.dashboard_address), "cluster.dashboard_address",
+                '"HOST:PORT", ":PORT" or "PORT", PORT 0-65535 (0: any free port)', self.dashboard_address)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,12 +308,12 @@ class ActorsConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "actors")
-        _require(self.workers >= 1, "actors.workers", ">= 1", self.workers)
-        _require(self.max_in_flight >= 0, "actors.max_in_flight", ">= 0 (0: no bound)", self.max_in_flight)
-        _require(self.max_policy_lag >= 1, "actors.max_policy_lag", ">= 1", self.max_policy_lag)
-        _require(self.reuse >= 1, "actors.reuse", ">= 1", self.reuse)
-        _require(self.weights_every >= 1, "actors.weights_every", ">= 1", self.weights_every)
-        _require(self.connect_timeout > 0, "actors.connect_timeout", "> 0", self.connect_timeout)
+        require(self.workers >= 1, "actors.workers", ">= 1", self.workers)
+        require(self.max_in_flight >= 0, "actors.max_in_flight", ">= 0 (0: no bound)", self.max_in_flight)
+        require(self.max_policy_lag >= 1, "actors.max_policy_lag", ">= 1", self.max_policy_lag)
+        require(self.reuse >= 1, "actors.reuse", ">= 1", self.reuse)
+        require(self.weights_every >= 1, "actors.weights_every", ">= 1", self.weights_every)
+        require(self.connect_timeout > 0, "actors.connect_timeout", "> 0", self.connect_timeout)
 
     @property
     def slots_per_segment(self) -> int:
@@ -339,8 +334,8 @@ class LearnersConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "learners")
-        _require(self.workers >= 1, "learners.workers", ">= 1", self.workers)
-        _require(self.connect_timeout > 0, "learners.connect_timeout", "> 0", self.connect_timeout)
+        require(self.workers >= 1, "learners.workers", ">= 1", self.workers)
+        require(self.connect_timeout > 0, "learners.connect_timeout", "> 0", self.connect_timeout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,9 +350,9 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "store")
-        _require(self.keep_per_agent >= 1, "store.keep_per_agent",
-                 ">= 1 (an agent trains on from its newest checkpoint; store.retention = false keeps all)",
-                 self.keep_per_agent)
+        require(self.keep_per_agent >= 1, "store.keep_per_agent",
+                ">= 1 (an agent trains on from its newest checkpoint; store.retention = false keeps all)",
+                self.keep_per_agent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,10 +396,10 @@ class Config:
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(f"{name} must be a {_class_names(cls)}, got {type(getattr(self, name)).__name__}")
         groups = self.groups
-        _require(isinstance(groups, tuple) and len(groups) > 0 and all(isinstance(g, GroupConfig) for g in groups),
-                 "groups", "a non-empty tuple of GroupConfig", groups)
+        require(isinstance(groups, tuple) and len(groups) > 0 and all(isinstance(g, GroupConfig) for g in groups),
+                "groups", "a non-empty tuple of GroupConfig", groups)
         names = [g.name for g in groups]
-        _require(len(set(names)) == len(names), "groups", "named differently", names)
+        require(len(set(names)) == len(names), "groups", "named differently", names)
         if self.run.algorithm is not None and (len(groups) != 1 or groups[0].algorithm != self.run.algorithm):
             raise ConfigError(f"run.algorithm is {self.run.algorithm!r} and the config's groups train "
                               f"{', '.join(repr(g.algorithm) for g in groups)}: to change the algorithm, build the "
@@ -456,9 +451,9 @@ _SECTIONS = {"run": RunConfig, "tournament": TournamentConfig, "segment": Segmen
 def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
     """Read and validate a TOML config file, with `settings` ("hparams.gamma=0.97", ...) changed first."""
     if not isinstance(path, (str, Path)):
-        raise ConfigError(f"a config is read from a path, got {_describe(path)}")
+        raise ConfigError(f"a config is read from a path, got {describe(path)}")
     if isinstance(settings, str) or not all(isinstance(text, str) for text in settings):
-        raise ConfigError(f"settings must be a list of 'SECTION.KEY=VALUE' strings, got {_describe(settings)}")
+        raise ConfigError(f"settings must be a list of 'SECTION.KEY=VALUE' strings, got {describe(settings)}")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -511,7 +506,7 @@ def apply_settings(data: Mapping[str, Any], settings: Sequence[str]) -> dict[str
             else:
                 node = node.setdefault(part, {})
             if not isinstance(node, (dict, list)):
-                raise ConfigError(f"--set {text}: {where} is {_describe(node)}, not a table")
+                raise ConfigError(f"--set {text}: {where} is {describe(node)}, not a table")
         if not isinstance(node, dict):
             where = ".".join(path[:-1])
             raise ConfigError(f"--set {text}: {where} is a list; set it whole ({where}=[...]) or a key of one of "
@@ -530,7 +525,7 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
 
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
     if not isinstance(data, Mapping):
-        raise ConfigError(f"a config is a table of sections (run, tournament, ...), got {_describe(data)}")
+        raise ConfigError(f"a config is a table of sections (run, tournament, ...), got {describe(data)}")
     unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors", "learners"})
     if unknown:
         known = ", ".join([*_SECTIONS, "hparams", "search", "groups", "actors", "learners"])
@@ -540,12 +535,12 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
         raw = _table(data.get(name, {}), name)
         if name == "run":
             raw = {"name": default_name, **raw}
-        sections[name] = _dataclass_from(cls, raw, name)
+        sections[name] = dataclass_from(cls, raw, name)
     run = sections["run"]
     if "groups" in data:
         raw_groups = data["groups"]
         if not isinstance(raw_groups, list) or not raw_groups:
-            raise ConfigError(f"groups must be a non-empty list of tables ([[groups]]), got {_describe(raw_groups)}")
+            raise ConfigError(f"groups must be a non-empty list of tables ([[groups]]), got {describe(raw_groups)}")
         for single in ("hparams", "search"):
             if single in data:
                 raise ConfigError(f"[{single}] belongs inside each [[groups]] table when [[groups]] are declared")
@@ -588,10 +583,10 @@ def _actors(data: Mapping[str, Any], groups: tuple[GroupConfig, ...]) -> ActorsC
     """[actors], when the config has one: every group's algorithm must be able to learn from actor tasks."""
     if "actors" not in data:
         return None
-    actors = _dataclass_from(ActorsConfig, _table(data["actors"], "actors"), "actors")
+    actors = dataclass_from(ActorsConfig, _table(data["actors"], "actors"), "actors")
     pending = _table(data.get("tournament", {}), "tournament").get("pending", 0)
     # a waiting learner could take the slot its running peers' actors wait for
-    _require(pending == 0, "tournament.pending", "0 with [actors]", pending)
+    require(pending == 0, "tournament.pending", "0 with [actors]", pending)
     for i, group in enumerate(groups):
         if not learns_from_actors(group.algorithm):
             able = [a for a in registered_algorithms() if learns_from_actors(a)]
@@ -611,11 +606,11 @@ def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster:
     learners of a segment must all run at once."""
     if "learners" not in data:
         return None
-    learners = _dataclass_from(LearnersConfig, _table(data["learners"], "learners"), "learners")
+    learners = dataclass_from(LearnersConfig, _table(data["learners"], "learners"), "learners")
     pending = _table(data.get("tournament", {}), "tournament").get("pending", 0)
-    _require(pending == 0, "tournament.pending", "0 with [learners]", pending)  # as with [actors]
-    _require(cluster.threads_per_worker == 1, "cluster.threads_per_worker", "1 with [learners]",
-             cluster.threads_per_worker)
+    require(pending == 0, "tournament.pending", "0 with [learners]", pending)  # as with [actors]
+    require(cluster.threads_per_worker == 1, "cluster.threads_per_worker", "1 with [learners]",
+            cluster.threads_per_worker)
     if cluster.threads_share_a_gpu:
         raise ConfigError('cluster.gpu_sharing must be "processes" with [learners] (a learner needs a worker process '
                           'of its own)')
@@ -627,9 +622,9 @@ def _learners(data: Mapping[str, Any], groups: tuple[GroupConfig, ...], cluster:
                               f"change it")
         # "auto" is taken as "off" by each learner (train/segment.py); "on" asked for what cannot be
         prefix = f"groups[{i}].hparams" if "groups" in data else "hparams"
-        _require(group.hparams.get("compile", "off") != "on", f"{prefix}.compile",
-                 '"auto" or "off" with [learners] (a captured update cannot average gradients inside its graph)',
-                 group.hparams.get("compile"))
+        require(group.hparams.get("compile", "off") != "on", f"{prefix}.compile",
+                '"auto" or "off" with [learners] (a captured update cannot average gradients inside its graph)',
+                group.hparams.get("compile"))
     return learners
 
 
@@ -644,11 +639,11 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
             raise ConfigError(f"unknown key {dot}{key} (known: {', '.join(_GROUP_KEYS)})")
     if "algorithm" not in raw:
         raise ConfigError(f"missing key {dot}algorithm")
-    algorithm = _coerce(raw["algorithm"], str, f"{dot}algorithm")
-    _require(algorithm in registered_algorithms(), f"{dot}algorithm", f"one of {registered_algorithms()}", algorithm)
+    algorithm = coerce(raw["algorithm"], str, f"{dot}algorithm")
+    require(algorithm in registered_algorithms(), f"{dot}algorithm", f"one of {registered_algorithms()}", algorithm)
     info = algorithm_info(algorithm)
-    hparams = dataclasses.asdict(_dataclass_from(info.config_cls, _table(raw.get("hparams", {}), f"{dot}hparams"),
-                                                 f"{dot}hparams"))
+    hparams = dataclasses.asdict(dataclass_from(info.config_cls, _table(raw.get("hparams", {}), f"{dot}hparams"),
+                                                f"{dot}hparams"))
     _check_finite(hparams, f"{dot}hparams")
     hints = typing.get_type_hints(info.config_cls)
     search: dict[str, Prior] = {}
@@ -661,7 +656,7 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
             raise ConfigError(str(e) if str(e).startswith(f"{dot}search") else f"{dot}search.{key}: {e}") from None
         for edge in search[key].edges():  # what any agent may draw, not only one seeded draw
             try:
-                value = _coerce(edge, hints[key], key)
+                value = coerce(edge, hints[key], key)
                 _check_finite({key: value}, f"{dot}hparams")
                 info.config_cls(**{**hparams, key: value})
             except (ValueError, TypeError) as e:
@@ -671,11 +666,11 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
             info.config_cls(**sample_hparams(hparams, {key: search[key]}, random.Random(0)))
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{dot}search.{key}: {e}") from None
-    weight = _coerce(raw.get("weight", 1.0), float, f"{dot}weight")
-    _require(weight > 0, f"{dot}weight", "> 0", weight)
-    env_steps = _coerce(raw.get("env_steps", 0), int, f"{dot}env_steps")
-    _require(env_steps >= 0, f"{dot}env_steps", ">= 0", env_steps)
-    name = _coerce(raw.get("name", algorithm), str, f"{dot}name")
+    weight = coerce(raw.get("weight", 1.0), float, f"{dot}weight")
+    require(weight > 0, f"{dot}weight", "> 0", weight)
+    env_steps = coerce(raw.get("env_steps", 0), int, f"{dot}env_steps")
+    require(env_steps >= 0, f"{dot}env_steps", ">= 0", env_steps)
+    name = coerce(raw.get("name", algorithm), str, f"{dot}name")
     check_run_name(name, f"{dot}name")  # it names the group's agents, tables and directories
     return GroupConfig(name=name, algorithm=algorithm, hparams=hparams, search=search, weight=weight,
                        env_steps=env_steps)
@@ -690,21 +685,16 @@ def _check_finite(hparams: Mapping[str, Any], prefix: str) -> None:
     for name, value in hparams.items():
         numbers = value if isinstance(value, (list, tuple)) else (value,)
         finite = all(math.isfinite(v) for v in numbers if isinstance(v, float))
-        _require(finite or name in INFINITY_TURNS_OFF, f"{prefix}.{name}", "a finite number", value)
-
-
-@functools.cache
-def _field_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+        require(finite or name in INFINITY_TURNS_OFF, f"{prefix}.{name}", "a finite number", value)
 
 
 def _check_field_types(section: Any, prefix: str) -> None:
-    """Each field of a config section against its type, as `_coerce` checks a file's values, with the same
+    """Each field of a config section against its type, as `coerce` checks a file's values, with the same
     conversions (an int where a number goes, a list where a tuple does): a section built in Python, or changed
     with `dataclasses.replace`, is held to what a file is before its own checks compare values."""
-    hints = _field_hints(type(section))
+    hints = field_hints(type(section))
     for field in dataclasses.fields(section):
-        value = _coerce(getattr(section, field.name), hints[field.name], f"{prefix}.{field.name}")
+        value = coerce(getattr(section, field.name), hints[field.name], f"{prefix}.{field.name}")
         object.__setattr__(section, field.name, value)
 
 
@@ -737,88 +727,19 @@ def _list_item(items: list, part: str, where: str) -> Any:
     raise ConfigError(f"{where} has tables 0 to {len(items) - 1}{named}, not {part!r}")
 
 
-def _dataclass_from(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for key in raw:
-        if key not in fields:
-            raise ConfigError(f"unknown key {prefix}.{key} (known: {', '.join(fields)})")
-    missing = [n for n, f in fields.items() if n not in raw and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"missing key {prefix}.{missing[0]}")
-    values = {k: _coerce(v, hints[k], f"{prefix}.{k}") for k, v in raw.items()}
-    try:
-        return cls(**values)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as e:
-        message = str(e)
-        raise ConfigError(message if message.startswith(prefix) else f"{prefix}.{message}") from None
-
-
-def _coerce(value: Any, hint: Any, field: str) -> Any:
-    """Check `value` against a type hint, allowing the conversions TOML needs (int -> float, list -> tuple)."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        errors = []
-        for option in options:
-            try:
-                return _coerce(value, option, field)
-            except ConfigError as e:
-                errors.append(e)
-        raise errors[0]  # the first option names what is expected ("a number", not "empty")
-    if hint is type(None):
-        if value is None:
-            return None
-        raise ConfigError(f"{field} must be empty, got {value!r}")
-    if origin is tuple:
-        (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{field} must be a list, got {_describe(value)}")
-        return tuple(_coerce(v, item, f"{field}[{i}]") for i, v in enumerate(value))
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            # torch, msgpack (Dask's messages) and numpy take 64 bits: a bigger one fails later, far from here
-            _require(-2**63 <= value < 2**63, field, "an integer of at most 64 bits", value)
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            _require(not (isinstance(value, float) and math.isnan(value)), field, "a number", value)
-            _require(isinstance(value, float) or abs(value) < 2**1023, field, "a number of at most 64 bits", value)
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    else:
-        return value
-    raise ConfigError(f"{field} must be {_TYPE_NAMES.get(hint, hint)}, got {_describe(value)}")
-
-
-_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-
-
-def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
-
-
 def _check_kwargs(kwargs: Any, field: str) -> None:
-    _require(isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs), field,
-             "a table of keyword arguments", kwargs)
+    require(isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs), field,
+            "a table of keyword arguments", kwargs)
     try:  # checkpoints record them as JSON: a TOML date would fail every segment's save, after training
         json.dumps(kwargs, allow_nan=False)
     except (TypeError, ValueError):
-        _require(False, field, "strings, numbers, booleans, lists and tables (checkpoints keep them as JSON)", kwargs)
+        require(False, field, "strings, numbers, booleans, lists and tables (checkpoints keep them as JSON)", kwargs)
 
 
 def check_run_name(name: str, field: str) -> None:
     """A run's name names directories (TensorBoard's, the dashboard's): one plain path component, never '..'."""
     plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None and name.strip(".") != ""
-    _require(plain, field, "letters, digits, '_', '.', '-' (not only dots)", name)
+    require(plain, field, "letters, digits, '_', '.', '-' (not only dots)", name)
 
 
 _LISTEN_ADDRESS = re.compile(r"(?:[^\s:,]*:)?(\d{1,5})")
@@ -828,11 +749,6 @@ def _is_listen_address(text: str) -> bool:
     """Whether Dask's dashboard can listen at `text` as written: a port, with a host name or address before it."""
     match = _LISTEN_ADDRESS.fullmatch(text) if isinstance(text, str) else None
     return match is not None and int(match.group(1)) <= 65535
-
-
-def _require(ok: bool, field: str, allowed: str, got: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{field} must be {allowed}, got {got!r}")
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")

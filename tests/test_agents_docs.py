@@ -79,9 +79,10 @@ def test_the_hyper_parameter_tables_are_generated_from_the_configs():
 # -- metrics -------------------------------------------------------------------------------
 
 OFF_POLICY = {"hidden": (8,), "num_envs": 4, "learning_starts": 16, "batch_size": 8, "buffer_size": 500}
-RUNS = [(name, "Pendulum", {**OFF_POLICY, "pipeline": pipe}) for name in ("ddpg", "td3", "sac") for pipe in (0, 1)]
+RUNS = [(name, "Pendulum", {**OFF_POLICY, "pipeline": pipe}) for name in ("ddpg", "td3", "sac")
+        for pipe in (False, True)]
 RUNS += [(name, "CartPole", {**OFF_POLICY, "pipeline": pipe}) for name in ("dqn", "double_dqn", "d3qn")
-         for pipe in (0, 1)]
+         for pipe in (False, True)]
 RUNS += [("ppo", "CartPole", {"num_envs": 8, "rollout_steps": 16, "hidden": (8,), "num_minibatches": 2, "epochs": 1}),
          ("ppo", "CartPole", {"num_envs": 8, "rollout_steps": 16, "hidden": (8,), "num_minibatches": 2, "epochs": 1,
                               "lr_schedule": "adaptive"}),  # its `learning_rate` metric

@@ -327,3 +327,21 @@ def test_the_store_commands_show_a_damaged_table_with_dashes(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].split() == ["1", "k1", "-", "-", "-", "0", "-"]
     assert main(["lineage", store.url, "k1"]) == 0
     assert "k1  gen 0  score -  agent -" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("hparams, says", [
+    ({"hidden": "big"}, "hparams.hidden must be a list, got str 'big'"),  # was: invalid literal for int(): 'b'
+    ({"actor_lr": "0.1"}, "hparams.actor_lr must be a number, got str '0.1'"),  # was: '>' not supported
+    ({"gamma": None}, "hparams.gamma must be a number, got NoneType None"),
+    ({"num_envs": 2.5}, "hparams.num_envs must be an integer, got float 2.5"),  # was: zeros() must be tuple of ints
+    ({"gamma": 1.5}, "hparams.gamma must be in [0, 1], got 1.5"),
+    (None, "hparams must be a mapping of hyper-parameters, got NoneType"),
+])
+def test_make_agent_holds_its_hyper_parameters_to_their_types_as_a_config_file_does(hparams, says):
+    from gymnasium.spaces import Box
+
+    from dask_podracer.agents import make_agent
+
+    with pytest.raises(ConfigError) as refused:
+        make_agent("sac", Box(-1, 1, (3,)), Box(-1, 1, (1,)), hparams)
+    assert str(refused.value) == says

@@ -114,7 +114,7 @@ def sac_run(aten_random):
 # -- settings ------------------------------------------------------------------------------------
 
 def test_compile_setting_is_checked_and_resolved():
-    with pytest.raises(ValueError, match=r"^compile must be one of \('auto', 'on', 'off'\), got 'yes'$"):
+    with pytest.raises(ValueError, match=r"^hparams.compile must be one of \('auto', 'on', 'off'\), got 'yes'$"):
         make_agent("sac", OBS, ACT, {"compile": "yes"})
     assert captured.use_capture("on", torch.device("cpu"))
     assert not captured.use_capture("auto", torch.device("cpu"))

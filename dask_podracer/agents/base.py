@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.envs import VecEnv
+from dask_podracer.typed_fields import ConfigError, dataclass_from
 
 Metrics = dict[str, float]
 
@@ -130,9 +131,12 @@ def registered_algorithms() -> list[str]:
 
 def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
                hparams: Mapping[str, Any], device: str | torch.device = "cpu") -> Agent:
-    """Build a fresh agent of algorithm `name` with hyper-parameters `hparams` (a mapping)."""
+    """Build a fresh agent of algorithm `name` with hyper-parameters `hparams` (a mapping), each held to its
+    field's type and range as a config file's are: a ConfigError naming `hparams.<field>` otherwise."""
     info = algorithm_info(name)
-    config = info.config_cls(**hparams)
+    if not isinstance(hparams, Mapping):
+        raise ConfigError(f"hparams must be a mapping of hyper-parameters, got {type(hparams).__name__}")
+    config = dataclass_from(info.config_cls, hparams, "hparams")
     return info.factory(observation_space, action_space, config, torch.device(device))
 
 
