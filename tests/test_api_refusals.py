@@ -345,3 +345,17 @@ def test_make_agent_holds_its_hyper_parameters_to_their_types_as_a_config_file_d
     with pytest.raises(ConfigError) as refused:
         make_agent("sac", Box(-1, 1, (3,)), Box(-1, 1, (1,)), hparams)
     assert str(refused.value) == says
+
+
+def test_an_observation_space_that_is_not_a_box_is_named_by_every_single_agent_algorithm():
+    # a Dict space gave "'NoneType' object is not subscriptable" (its shape is None)
+    from gymnasium.spaces import Box, Dict, Discrete
+
+    from dask_podracer.agents import make_agent
+
+    observations = Dict({"position": Box(-1, 1, (3,))})
+    for algorithm, actions in (("sac", Box(-1, 1, (1,))), ("ppo", Discrete(2)), ("dqn", Discrete(2)),
+                               ("impala", Discrete(2))):
+        with pytest.raises(ValueError, match=f"^{algorithm} needs a Box observation space, got Dict.*: flatten it "
+                                             r"\(gymnasium.wrappers.FlattenObservation\)$"):
+            make_agent(algorithm, observations, actions, {})

@@ -178,6 +178,47 @@ def test_env_kwargs_that_the_env_does_not_take_are_refused_before_a_cluster_star
     assert not (tmp_path / "s.zarr").exists()
 
 
+GRID_ENV = """import gymnasium as gym
+import numpy as np
+
+
+class Grid(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3, 4), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, (3, 4)).astype(np.float32), {}
+
+    def step(self, action):
+        obs = self.np_random.uniform(-1, 1, (3, 4)).astype(np.float32)
+        return obs, float(-abs(action[0] - obs[0, 0])), False, False, {}
+"""
+
+
+def test_an_env_of_2d_observations_is_refused_before_a_cluster_by_algorithms_that_take_flat_ones(
+        tmp_path, monkeypatch, capsys):
+    # SAC built its networks and replay rows for the first axis alone, and every segment failed after the cluster
+    # had started ("shape '[4, 3]' is invalid for input of size 48"); PPO flattens its observations and trains
+    (tmp_path / "grid_envs.py").write_text(GRID_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = tmp_path / "s.zarr"
+    path = tmp_path / "grid.toml"
+    path.write_text(f'[run]\nenv = "grid_envs:Grid"\nalgorithm = "sac"\nstore = "{store}"\n'
+                    f'env_kwargs = {{ max_episode_steps = 20 }}\n')
+    assert main(["train", str(path)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "sac needs a 1-D Box observation space, got one of shape (3, 4): flatten it "
+        "(gymnasium.wrappers.FlattenObservation), or train ppo, which flattens it")
+    assert not store.exists()
+    env = make_vec_env("grid_envs:Grid", 2, seed=0, max_episode_steps=20)
+    agent = make_agent("ppo", env.single_observation_space, env.single_action_space,
+                       {"num_envs": 2, "rollout_steps": 8, "hidden": [8], "num_minibatches": 2, "epochs": 1})
+    obs, _ = env.reset(seed=0)
+    obs, steps, _ = agent.train_iteration(env, obs)
+    assert steps == 16 and agent.act(obs).shape == (2, 1)
+
+
 def test_a_gymnasium_id_may_name_the_module_that_registers_it(tmp_path, monkeypatch):
     (tmp_path / "registering_envs.py").write_text(
         'import gymnasium\n'

@@ -9,6 +9,7 @@ and lists of tensors and plain values, which the store keeps as named arrays.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -138,6 +139,20 @@ def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym
         raise ConfigError(f"hparams must be a mapping of hyper-parameters, got {type(hparams).__name__}")
     config = dataclass_from(info.config_cls, hparams, "hparams")
     return info.factory(observation_space, action_space, config, torch.device(device))
+
+
+def observation_width(space: gym.spaces.Space, algorithm: str, flattens: bool) -> int:
+    """The width of the flat observation `algorithm`'s networks take from `space`: a Box's size. An algorithm
+    that `flattens` its observations (PPO, A2C, IMPALA) takes a Box of any shape; the others take a 1-D one,
+    refused here otherwise: their replay rows and networks would be built for its first axis alone, and every
+    segment would fail after the cluster had started."""
+    advice = "flatten it (gymnasium.wrappers.FlattenObservation)"
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"{algorithm} needs a Box observation space, got {space}: {advice}")
+    if len(space.shape) != 1 and not flattens:
+        raise ValueError(f"{algorithm} needs a 1-D Box observation space, got one of shape {space.shape}: {advice}, "
+                         f"or train ppo, which flattens it")
+    return math.prod(space.shape)
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents import apex, captured
-from dask_podracer.agents.base import AlgorithmInfo, register_algorithm, regress
+from dask_podracer.agents.base import AlgorithmInfo, observation_width, register_algorithm, regress
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.ladders import noise_ladder
 from dask_podracer.agents.networks import CriticEnsemble, DeterministicActor, soft_update
@@ -111,7 +111,7 @@ class DDPGAgent(apex.ApexAgent):
                  config: DDPGConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"{self.algorithm} needs a continuous (Box) action space, got {action_space}")
-        obs_dim = int(observation_space.shape[0])
+        obs_dim = observation_width(observation_space, self.algorithm, flattens=False)
         act_dim = int(action_space.shape[0])
         super().__init__(config, device, obs_dim, act_dim)
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from dask_podracer.agents import apex, captured
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, register_algorithm, regress
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, observation_width, register_algorithm, regress
 from dask_podracer.agents.ladders import epsilon_ladder
 from dask_podracer.agents.networks import mlp, soft_update
 from dask_podracer.agents.offpolicy import (OffPolicyConfig, OffPolicyOptions, batch_example, check, td_target,
@@ -176,7 +176,7 @@ class DQNAgent(apex.ApexAgent):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"{self.algorithm} needs a Discrete action space, got {action_space}")
         self.n_actions = int(action_space.n)
-        obs_dim = int(observation_space.shape[0])
+        obs_dim = observation_width(observation_space, self.algorithm, flattens=False)
         super().__init__(config, device, obs_dim, act_dim=1)  # the replay buffer keeps the action's index
         self.q_net = QNetwork(obs_dim, self.n_actions, config.hidden, config.dueling).to(device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)

@@ -35,7 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.actor_learner import LearnerFeed
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, observation_width, register_algorithm, regress,
+                                       set_learning_rate)
 from dask_podracer.agents.networks import mlp
 from dask_podracer.agents.ppo import PolicyHead
 from dask_podracer.agents.vtrace import vtrace
@@ -159,7 +160,7 @@ class IMPALAAgent:
                  config: IMPALAConfig, device: torch.device) -> None:
         self.config = config
         self.device = torch.device(device)
-        self.obs_dim = math.prod(observation_space.shape)
+        self.obs_dim = observation_width(observation_space, self.algorithm, flattens=True)
         # a private stream seeded from torch's global RNG (which a segment seeds) plus config.seed, as PPO's
         seed = int(torch.randint(2**62, ())) + config.seed
         init_gen = torch.Generator().manual_seed(seed)

@@ -19,7 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents import captured
-from dask_podracer.agents.base import ALONE, AlgorithmInfo, Metrics, Peers, register_algorithm, regress
+from dask_podracer.agents.base import (ALONE, AlgorithmInfo, Metrics, Peers, observation_width, register_algorithm,
+                                       regress)
 from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
@@ -281,7 +282,7 @@ class PPOAgent:
                  config: PPOConfig, device: torch.device) -> None:
         self.config = config
         self.device = torch.device(device)
-        self.obs_dim = math.prod(observation_space.shape)
+        self.obs_dim = observation_width(observation_space, self.algorithm, flattens=True)
         # One private random stream for init, sampling and shuffling, seeded from torch's global RNG (which
         # a segment seeds with its own seed) plus config.seed: reproducible after torch.manual_seed, different
         # for every segment, and unaffected by whatever else draws from the global RNG later.

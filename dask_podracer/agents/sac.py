@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents import captured
-from dask_podracer.agents.base import AlgorithmInfo, register_algorithm, regress
+from dask_podracer.agents.base import AlgorithmInfo, observation_width, register_algorithm, regress
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE, combine, fit_ensemble_state
 from dask_podracer.agents.networks import CriticEnsemble, SquashedGaussianActor, soft_update
 from dask_podracer.agents.offpolicy import (OffPolicyAgent, OffPolicyConfig, OffPolicyOptions, batch_example, check,
@@ -80,7 +80,7 @@ class SACAgent(OffPolicyAgent):
                  config: SACConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"sac needs a continuous (Box) action space, got {action_space}")
-        obs_dim = int(observation_space.shape[0])
+        obs_dim = observation_width(observation_space, self.algorithm, flattens=False)
         self.act_dim = act_dim = int(action_space.shape[0])
         super().__init__(config, device, obs_dim, act_dim)
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
