@@ -92,6 +92,24 @@ def plot(result: dict, out: str) -> None:
     plt.close(fig)
 
 
+PLOT_FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def check_outputs(json_out: str | None, plot_out: str | None) -> None:
+    """Refuse an output the backtest could not write, before it runs: a directory that does not exist (or is a
+    file) or an image format matplotlib does not write was a traceback after the backtest."""
+    for option, out in (("--json", json_out), ("--plot", plot_out)):
+        if out is None:
+            continue
+        path = Path(out)
+        if not out or path.is_dir():
+            raise BacktestError(f"{option} {out!r} is not a file name")
+        if not path.parent.is_dir():
+            raise BacktestError(f"{option} {out!r}: its directory {str(path.parent)!r} does not exist")
+    if plot_out and Path(plot_out).suffix.lower() not in PLOT_FORMATS:
+        raise BacktestError(f"--plot {plot_out!r}: name an image file ({', '.join(PLOT_FORMATS)})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store")
@@ -102,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:
+        check_outputs(args.json_out, args.plot)
         result = run(args.store, args.key, args.period)
     except (BacktestError, StoreError, StoredEnvRefused, MarketDataError) as e:
         print(f"backtest: error: {e}", file=sys.stderr)

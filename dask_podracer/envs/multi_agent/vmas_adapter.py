@@ -14,6 +14,8 @@ from VMAS in between.
 
 from __future__ import annotations
 
+import traceback
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -38,6 +40,32 @@ VMAS_SCENARIOS = (
 
 DEFAULT_MAX_EPISODE_STEPS = 100
 
+RESERVED_KWARGS = {"continuous_actions": "actions are always continuous",
+                   "max_steps": "give max_episode_steps: the adapter keeps the time limit itself",
+                   "clamp_actions": "actions are always clamped to each agent's range",
+                   "dict_spaces": "observations are always stacked from VMAS's lists",
+                   "num_envs": "the segment sets it (hparams.num_envs)",
+                   "device": "the segment sets it (segment.device)",
+                   "seed": "the segment sets it", "scenario": "the env name gives it (vmas:<scenario>)"}
+"""env_kwargs this adapter passes to vmas.make_env itself: given again they clashed there in a TypeError."""
+
+
+def _scenario_refusal(scenario: str, kwargs: dict[str, Any], error: BaseException) -> ValueError:
+    """One line for what VMAS raised building or resetting a scenario: many of its checks are bare asserts, whose
+    message is empty, so the failing line of source is named instead."""
+    message = str(error).splitlines()[0] if str(error).strip() else ""
+    if not message:
+        frames = traceback.extract_tb(error.__traceback__)
+        message = (frames[-1].line or "").strip() if frames else ""
+    return ValueError(f"vmas:{scenario} refuses env_kwargs {kwargs}: {type(error).__name__}: {message}")
+
+
+def _check_max_episode_steps(value: Any) -> int:
+    # a float or a string here was truncated or failed with int()'s message, which names no field
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"max_episode_steps must be an integer >= 1, got {value!r}")
+    return int(value)
+
 
 def _gymnasium_box(space: Any) -> gym.spaces.Box:
     """A gymnasium Box from VMAS's gym (0.26) Box."""
@@ -55,14 +83,30 @@ class VmasVecEnv:
             raise ImportError(f"env 'vmas:{scenario}' needs VMAS: pip install 'dask_podracer[multiagent]' ({e})") from e
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if int(max_episode_steps) < 1:
-            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        self.max_episode_steps = _check_max_episode_steps(max_episode_steps)
+        for key in scenario_kwargs:
+            if key in RESERVED_KWARGS:
+                raise ValueError(f"vmas:{scenario}: env_kwargs may not set {key!r}: {RESERVED_KWARGS[key]}")
         self.scenario = scenario
         self.num_envs = int(num_envs)
         self.device = canonical_device(device)
-        self.max_episode_steps = int(max_episode_steps)
-        self._env = vmas.make_env(scenario, num_envs=self.num_envs, device=self.device, continuous_actions=True,
-                                  max_steps=None, seed=seed, clamp_actions=True, **scenario_kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                self._env = vmas.make_env(scenario, num_envs=self.num_envs, device=self.device, continuous_actions=True,
+                                          max_steps=None, seed=seed, clamp_actions=True, **scenario_kwargs)
+            except (AssertionError, RuntimeError, IndexError, ZeroDivisionError, TypeError, ValueError) as e:
+                # n_agents = 0 was a bare AssertionError or "stack expects a non-empty TensorList": a traceback
+                raise _scenario_refusal(scenario, scenario_kwargs, e) from None
+        for warning in caught:
+            # VMAS only warns of kwargs its scenario does not take, and the run trained without them: a misspelt
+            # key (n_agent = 2) silently trained the default team
+            if "passed but not used by the scenario" in str(warning.message):
+                raise ValueError(f"vmas:{scenario}: {str(warning.message).split(' This will')[0]} (keys it takes are "
+                                 f"those its make_world pops; see VMAS's scenarios/{scenario}.py)")
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        if self._env.n_agents < 1:
+            raise ValueError(f"vmas:{scenario} with env_kwargs {scenario_kwargs} has no agents")
         self.n_agents = int(self._env.n_agents)
         self.agent_observation_spaces = tuple(_gymnasium_box(s) for s in self._env.observation_space)
         self.agent_action_spaces = tuple(_gymnasium_box(s) for s in self._env.action_space)
@@ -97,8 +141,9 @@ class VmasVecEnv:
         actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32)
         obs, rewards, terminated, _ = self._env.step([actions[:, i, :d] for i, d in enumerate(self._act_dims)])
         final_obs = self._stack(obs)
-        reward = torch.stack(rewards, dim=1).to(torch.float32)
-        terminated = terminated.to(torch.bool)
+        # some scenarios (wheel) give each agent's reward as [B, 1]: stacked as is, it broke every step
+        reward = torch.stack([r.reshape(self.num_envs) for r in rewards], dim=1).to(torch.float32)
+        terminated = terminated.reshape(self.num_envs).to(torch.bool)
         self.elapsed = self.elapsed + 1
         self.agent_return = self.agent_return + reward
         truncated = (self.elapsed >= self.max_episode_steps) & ~terminated

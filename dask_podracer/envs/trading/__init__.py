@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from dask_podracer.envs.trading import indicators
-from dask_podracer.envs.trading.env import StockTradingVecEnv, execute
+from dask_podracer.envs.trading.env import StockTradingVecEnv, checked_number, execute
 from dask_podracer.envs.trading.market import DEFAULT_SPLIT, PERIODS, Market
 from dask_podracer.envs.trading.ohlcv import MarketDataError, load_ohlcv
 from dask_podracer.envs.trading.synthetic import random_walk_market, trending_market
@@ -22,7 +22,14 @@ GENERATORS = {"synthetic": trending_market, "random_walk": random_walk_market}
 def make_market(market: str = "synthetic", assets: int = 20, days: int = 2000, market_seed: int = 0) -> Market:
     """The market a config names: "synthetic" (trending, the default), "random_walk" (the control), or the path
     of a CSV or Parquet OHLCV file (then `assets`, `days` and `market_seed` are not used). Cached per process."""
+    if not isinstance(market, (str, os.PathLike)):  # was Path()'s TypeError, naming no field
+        raise ValueError(f"market must be one of {sorted(GENERATORS)} or the path of a .csv or .parquet file, "
+                         f"got {market!r}")
     if market in GENERATORS:
+        # assets = 0 was a ZeroDivisionError (a traceback), 2.5 silently 2, -1 numpy's "negative dimensions"
+        checked_number("assets", assets, integer=True, low=1)
+        checked_number("days", days, integer=True, low=1)
+        checked_number("market_seed", market_seed, integer=True, low=0)
         return _generated(market, int(assets), int(days), int(market_seed))
     path = Path(market)
     if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
@@ -51,9 +58,12 @@ def make_stock_trading(num_envs: int, device: str | torch.device = "cpu", seed: 
     """`num_envs` portfolios on the market `make_market(market, assets, days, market_seed)`; `split` says where
     validation and test start; `options` are StockTradingVecEnv's (period, episode_days, initial_cash, score,
     max_shares, cost, reward_scale, turbulence, turbulence_threshold, turbulence_quantile, dtype)."""
+    if not isinstance(split, (list, tuple)):  # "0.7,0.85" was cut into characters, 0.7 a TypeError, a dict its keys
+        raise ValueError(f"split must be a list of two fractions or two dates (where validation and test start), "
+                         f"got {split!r}")
     return StockTradingVecEnv(num_envs, device, seed, market=make_market(market, assets, days, market_seed),
                               split=tuple(split), **options)
 
 
-__all__ = ["DEFAULT_SPLIT", "GENERATORS", "PERIODS", "Market", "MarketDataError", "StockTradingVecEnv", "execute", "indicators",
-           "load_ohlcv", "make_market", "make_stock_trading", "random_walk_market", "trending_market"]
+__all__ = ["DEFAULT_SPLIT", "GENERATORS", "PERIODS", "Market", "MarketDataError", "StockTradingVecEnv", "execute",
+           "indicators", "load_ohlcv", "make_market", "make_stock_trading", "random_walk_market", "trending_market"]

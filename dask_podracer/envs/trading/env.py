@@ -50,6 +50,29 @@ SCORES = ("sharpe", "return")
 REWARDS = ("value", "excess")
 
 
+def checked_number(name: str, value: Any, *, integer: bool = False, low: float = -math.inf, high: float = math.inf,
+                   low_open: bool = False, high_open: bool = False, finite: bool = True) -> Any:
+    """`value` if it is a number (an integer where `integer`) in the range given, else a ValueError naming `name`:
+    env_kwargs come from a config as they were written, and a string, NaN or inf failed far from the field (a
+    TypeError of `<=`, int()'s OverflowError), or passed and gave NaN rewards or observations."""
+    kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if value < low or (low_open and value == low) or value > high or (high_open and value == high):
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        raise ValueError(f"{name} must be in {left}{low:g}, {high:g}{right}, got {value!r}")
+    return value
+
+
+def checked_flag(name: str, value: Any) -> bool:
+    """`value` if it is a bool: "false" (a string) was true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return bool(value)
+
+
 class StockTradingVecEnv(TorchVecEnv):
     """`num_envs` portfolios trading `market`'s assets over one of its periods (module docstring)."""
 
@@ -60,6 +83,8 @@ class StockTradingVecEnv(TorchVecEnv):
                  turbulence_threshold: float | None = None, turbulence_quantile: float = 0.99,
                  score: str = "sharpe", reward: str = "value", shuffle_assets: bool = False,
                  dtype: torch.dtype = torch.float32) -> None:
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"dtype must be a torch.dtype (torch.float32 or torch.float64), got {dtype!r}")
         super().__init__(num_envs, device, seed, dtype)
         if period not in PERIODS:
             raise ValueError(f"period must be one of {PERIODS}, got {period!r}")
@@ -71,11 +96,18 @@ class StockTradingVecEnv(TorchVecEnv):
         self.reward = reward
         # each train episode shows the assets in an order of its own: a policy can learn what an asset's
         # indicators say, but not which asset did well in the train period (validation and test keep the order)
-        self.shuffle_assets = bool(shuffle_assets) and period == "train"
-        if not 0 <= cost < 1:
-            raise ValueError(f"cost must be in [0, 1), got {cost!r}")
-        if initial_cash <= 0:
-            raise ValueError(f"initial_cash must be positive, got {initial_cash!r}")
+        self.shuffle_assets = checked_flag("shuffle_assets", shuffle_assets) and period == "train"
+        turbulence = checked_flag("turbulence", turbulence)
+        checked_number("cost", cost, low=0.0, high=1.0, high_open=True)
+        checked_number("initial_cash", initial_cash, low=0.0, low_open=True)
+        if max_shares is not None:  # 0 was taken for "not given" and silently became the default
+            checked_number("max_shares", max_shares, integer=True, low=1)
+        if reward_scale is not None:  # NaN or inf gave NaN rewards; 0 or less nothing, or the opposite, to learn
+            checked_number("reward_scale", reward_scale, low=0.0, low_open=True)
+        if turbulence_threshold is not None:  # NaN made every observation NaN (below 0 liquidates every day: allowed)
+            checked_number("turbulence_threshold", turbulence_threshold, finite=False)
+        checked_number("turbulence_quantile", turbulence_quantile, low=0.0, high=1.0)
+        checked_number("episode_days", episode_days, integer=True, low=1)
         self.market = market
         self.period = period
         self.periods = market.split(split)
@@ -85,9 +117,8 @@ class StockTradingVecEnv(TorchVecEnv):
         self.cost = float(cost)
         first_prices = market.close[self.periods["train"][0]]
         # by default a full buy of one asset reaches an equal-weight position in it
-        self.max_shares = int(max_shares or math.ceil(initial_cash / n / float(first_prices.mean())))
-        if self.max_shares < 1:
-            raise ValueError(f"max_shares must be >= 1, got {max_shares!r}")
+        self.max_shares = int(max_shares if max_shares is not None
+                              else math.ceil(initial_cash / n / float(first_prices.mean())))
         self.reward_scale = float(reward_scale if reward_scale is not None else 100.0 / initial_cash)
         train_start, train_end = self.periods["train"]
         if turbulence_threshold is None:

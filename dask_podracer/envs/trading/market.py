@@ -11,6 +11,7 @@ the other way round.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Sequence
 from functools import cached_property
 
@@ -24,6 +25,16 @@ DEFAULT_SPLIT = (0.7, 0.85)
 MIN_PERIOD_ROWS = 20
 TURBULENCE_WINDOW = 50
 """Dates of returns the turbulence index compares each date with (fewer than WARMUP, so it is formed in time)."""
+
+
+def is_iso_date(text: str) -> bool:
+    """Whether `text` is an ISO 8601 date, YYYY-MM-DD, optionally with a time: the dates that sort as text in time
+    order, which is how dates are compared here."""
+    try:
+        (datetime.datetime if len(text) > 10 else datetime.date).fromisoformat(text)
+    except (TypeError, ValueError):
+        return False
+    return len(text) >= 10 and text[4] == "-" and text[7] == "-"  # fromisoformat also takes 20200102
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -69,6 +80,8 @@ class Market:
         """The rows `[start, end)` of each period. `split` gives where validation and test start: two fractions
         of the rows after the warm-up (0.7, 0.85), or two dates as the data writes them ("2022-01-03",
         "2023-01-02"; the first row on or after each). Training starts after `indicators.WARMUP` rows."""
+        if isinstance(split, (str, bytes)) or not isinstance(split, Sequence):  # "0.7,0.85" was cut into characters
+            raise ValueError(f"split must be a list of two fractions or two dates, got {split!r}")
         if len(split) != 2:
             raise ValueError(f"split must be two entries (where validation and where test start), got {split!r}")
         first = indicators.WARMUP
@@ -78,6 +91,15 @@ class Market:
             usable = self.num_dates - first
             bounds = [first + round(f * usable) for f in split]
         elif all(isinstance(s, str) for s in split):
+            if not all(is_iso_date(str(d)) for d in self.dates[:1]):
+                # a generated market's dates are day numbers, which do not sort as text: "16000" was looked up in an
+                # unsorted array and gave periods no one asked for
+                raise ValueError(f"{self.source}: split {list(split)} gives dates, but this market's dates are day "
+                                 f"numbers; give split as two fractions (where validation and test start)")
+            for date in split:
+                if not is_iso_date(date):
+                    raise ValueError(f"{self.source}: split date {date!r} is not an ISO 8601 date (YYYY-MM-DD), as the "
+                                     f"market's are ({self.dates[0]}): compared as text it would cut the wrong rows")
             bounds = [int(np.searchsorted(self.dates, s)) for s in split]
             if bounds[0] < first:
                 raise ValueError(f"{self.source}: validation starts at {split[0]}, row {bounds[0]}, but the "

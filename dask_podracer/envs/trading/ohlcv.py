@@ -2,9 +2,10 @@
 
 The table has one row per date and ticker, sorted by date, and the columns `date`, `ticker`, `open`,
 `high`, `low` and `close` (`volume` is optional; any other column is ignored; names are matched
-without regard to case). Every date must have a row for every ticker. Dates are compared as text,
-so write them so that text order is time order (ISO 8601: 2024-01-31). Parquet needs pyarrow (the
-`trading` extra).
+without regard to case). Every date must have a row for every ticker. Dates are ISO 8601 (2024-01-31,
+optionally with a time), compared as text, which is then time order. A CSV file is UTF-8 (a byte-order
+mark is allowed). Each row's prices must be consistent: low <= open, close <= high. Parquet needs pyarrow
+(the `trading` extra).
 
 Every refusal is a `MarketDataError` whose message names the file, the row (data rows counted from
 1; in a CSV file that is line row + 1, after the header) and the column.
@@ -13,15 +14,18 @@ Every refusal is a `MarketDataError` whose message names the file, the row (data
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
 
 from dask_podracer.envs.trading.indicators import WARMUP
-from dask_podracer.envs.trading.market import MIN_PERIOD_ROWS, PERIODS, Market
+from dask_podracer.envs.trading.market import MIN_PERIOD_ROWS, PERIODS, Market, is_iso_date
 
 REQUIRED = ("date", "ticker", "open", "high", "low", "close")
 PRICES = ("open", "high", "low", "close")
+PRICE_TOLERANCE = 1e-9
+"""Relative slack for low <= open, close <= high: prices written as decimals can round across each other."""
 MIN_DATES = WARMUP + len(PERIODS) * MIN_PERIOD_ROWS
 """Dates a table needs: the indicators' warm-up, then at least MIN_PERIOD_ROWS in each period."""
 
@@ -39,15 +43,27 @@ def load_ohlcv(path: str | Path) -> Market:
 
 def _read_csv(path: Path) -> dict[str, list]:
     try:
-        with path.open(newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                raise MarketDataError(f"{path}: row 0 (header), column date: the file is empty")
-            rows = list(reader)
+        data = path.read_bytes()
     except OSError as e:
         raise MarketDataError(f"{path}: cannot read it ({e.strerror or e})") from None
+    try:
+        # utf-8-sig: a byte-order mark (Excel writes one) was read as part of the first column's name, "date"
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:  # was the codec's message alone, naming no file
+        line = data[:e.start].count(b"\n") + 1
+        where = "row 0 (header)" if line == 1 else f"row {line - 1} (line {line})"
+        raise MarketDataError(f"{path}: {where}: not UTF-8 text ({e.reason} at byte {e.start}); save it as "
+                              f"UTF-8") from None
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, None)
+        if header is None:
+            raise MarketDataError(f"{path}: row 0 (header), column date: the file is empty")
+        rows = list(reader)
+    except csv.Error as e:  # a NUL byte, a field past csv's size limit
+        raise MarketDataError(f"{path}: not a CSV table ({e})") from None
     names = [h.strip().lower() for h in header]
+    _check_unique_columns(path, names)
     for i, row in enumerate(rows, 1):
         if len(row) != len(names):
             raise MarketDataError(f"{path}: row {i} (line {i + 1}), column {names[min(len(row), len(names) - 1)]}: "
@@ -64,7 +80,17 @@ def _read_parquet(path: Path) -> dict[str, list]:
         table = pq.read_table(path)
     except (OSError, ValueError) as e:
         raise MarketDataError(f"{path}: cannot read it as Parquet ({e})") from None
-    return {name.strip().lower(): values for name, values in table.to_pydict().items()}
+    names = [name.strip().lower() for name in table.column_names]
+    _check_unique_columns(path, names)
+    return dict(zip(names, table.to_pydict().values()))
+
+
+def _check_unique_columns(path: Path, names: list[str]) -> None:
+    # names are matched in any case: "Close" and "close" (an adjusted close beside it) silently kept the last
+    for j, name in enumerate(names):
+        if name in names[:j] and name in (*REQUIRED, "volume"):
+            raise MarketDataError(f"{path}: row 0 (header), column {name}: two columns are named {name} (names are "
+                                  f"matched in any case); keep one")
 
 
 def _market(path: Path, columns: dict[str, list]) -> Market:
@@ -73,7 +99,12 @@ def _market(path: Path, columns: dict[str, list]) -> Market:
             raise MarketDataError(f"{path}: row 0 (header), column {name}: no such column; the table needs "
                                   f"{', '.join(REQUIRED)} (and optionally volume)")
     dates = [_date_text(d) for d in columns["date"]]
-    tickers = [str(t).strip() for t in columns["ticker"]]
+    for i, d in enumerate(dates, 1):
+        _check_iso_date(path, i, d)
+    tickers = [str(t).strip() if t is not None else "" for t in columns["ticker"]]
+    for i, ticker in enumerate(tickers, 1):
+        if not ticker:  # was "date ... has no row for ;", blaming a missing row
+            raise MarketDataError(f"{path}: row {i}{_line(path, i)}, column ticker: empty; every row names its ticker")
     for i in range(1, len(dates)):
         if dates[i] < dates[i - 1]:
             raise MarketDataError(f"{path}: row {i + 1}{_line(path, i + 1)}, column date: {dates[i]} comes after "
@@ -100,6 +131,7 @@ def _market(path: Path, columns: dict[str, list]) -> Market:
             if name == "volume" and name not in columns:
                 continue
             values[name][t, j] = _positive(path, i, name, columns[name][i - 1], allow_zero=name == "volume")
+        _check_range(path, i, *(values[name][t, j] for name in PRICES))
     if not present.all():
         t, j = (int(k[0]) for k in np.nonzero(~present))
         i = first_row[t]
@@ -112,6 +144,28 @@ def _market(path: Path, columns: dict[str, list]) -> Market:
 
 def _date_text(value: object) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value).strip()
+
+
+def _check_iso_date(path: Path, row: int, text: str) -> None:
+    # dates are compared as text: 01/02/2020 was taken for unsorted rows, or, within one year, passed and then
+    # compared with a split given as ISO dates, leaving a period silently empty or wrong
+    if not is_iso_date(text):
+        raise MarketDataError(f"{path}: row {row}{_line(path, row)}, column date: {text!r} is not an ISO 8601 date "
+                              f"(YYYY-MM-DD, as 2020-01-31); dates are compared as text, which only ISO dates sort "
+                              f"in time order")
+
+
+def _check_range(path: Path, row: int, open_: float, high: float, low: float, close: float) -> None:
+    # high < low, or a close outside [low, high] (an adjusted close beside unadjusted highs and lows), trained
+    # silently on indicators (CCI, ADX) computed from prices that cannot have been
+    slack = PRICE_TOLERANCE * high
+    if high < low - slack:
+        raise MarketDataError(f"{path}: row {row}{_line(path, row)}, column high: {high:g} is below the low {low:g}")
+    for column, price in (("open", open_), ("close", close)):
+        if not low - slack <= price <= high + slack:
+            raise MarketDataError(f"{path}: row {row}{_line(path, row)}, column {column}: {price:g} is outside the "
+                                  f"day's range [low {low:g}, high {high:g}]; an adjusted close needs adjusted "
+                                  f"open, high and low too")
 
 
 def _line(path: Path, row: int) -> str:
