@@ -73,11 +73,13 @@ def test_macd_reveals_the_synthetic_trend():
     assert up - down > 0.001
 
 
-def test_turbulence_matches_a_plain_loop():
-    market = trending_market(assets=5, days=200, seed=2)
+@pytest.mark.parametrize("assets", [5, 45])  # 45 > window: the covariance is singular, taken through the Gram matrix
+def test_turbulence_matches_a_plain_loop(assets, monkeypatch):
+    monkeypatch.setattr(indicators, "TURBULENCE_CHUNK", 64)  # several chunks of dates, the last one short
+    market = trending_market(assets=assets, days=200, seed=2)
     window = 30
     fast = indicators.turbulence(market.close, window=window)
-    returns = np.vstack([np.zeros((1, 5)), market.close[1:] / market.close[:-1] - 1])
+    returns = np.vstack([np.zeros((1, assets)), market.close[1:] / market.close[:-1] - 1])
     for t in range(200):
         if t < window + 1:
             assert fast[t] == 0.0

@@ -78,6 +78,11 @@ def adx(high: np.ndarray, low: np.ndarray, close: np.ndarray, period: int = 14) 
     return ema(dx, alpha)
 
 
+TURBULENCE_CHUNK = 128
+"""Dates whose windows are centred at once: the `[dates, window, assets]` array stays small (a thousand assets and
+all 2,500 dates at once needed 1 GB for it, and the covariances 20 GB)."""
+
+
 def turbulence(close: np.ndarray, window: int = 60) -> np.ndarray:
     """Kritzman and Li's turbulence index `[T]`: the Mahalanobis distance of date t's asset returns from the
     mean and covariance of the `window` dates before t. Zero until there are `window` earlier returns."""
@@ -85,12 +90,26 @@ def turbulence(close: np.ndarray, window: int = 60) -> np.ndarray:
     out = np.zeros(len(close))
     if len(close) <= window + 1:
         return out
-    # windows of returns 1..t-1 before each t >= window + 1: [T', window, N]
+    # windows of returns 1..t-1 before each t >= window + 1: [T', window, N], a view
     windows = np.lib.stride_tricks.sliding_window_view(returns[1:-1], window, axis=0).transpose(0, 2, 1)
-    mean = windows.mean(axis=1)
-    centred = windows - mean[:, None, :]
-    covariance = centred.transpose(0, 2, 1) @ centred / (window - 1)
-    today = returns[window + 1:] - mean
-    inverse = np.linalg.pinv(covariance, hermitian=True)
-    out[window + 1:] = np.einsum("ti,tij,tj->t", today, inverse, today)
+    for start in range(0, len(windows), TURBULENCE_CHUNK):
+        chunk = windows[start:start + TURBULENCE_CHUNK]
+        mean = chunk.mean(axis=1)
+        today = returns[window + 1 + start:window + 1 + start + len(chunk)] - mean
+        out[window + 1 + start:window + 1 + start + len(chunk)] = _distances(chunk - mean[:, None, :], today)
     return out
+
+
+def _distances(centred: np.ndarray, today: np.ndarray) -> np.ndarray:
+    """today_t' C_t^+ today_t for each date t, C_t the covariance of the centred window `[window, N]` of t."""
+    window, assets = centred.shape[1:]
+    if assets <= window:
+        covariance = centred.transpose(0, 2, 1) @ centred / (window - 1)
+        return np.einsum("ti,tij,tj->t", today, np.linalg.pinv(covariance, hermitian=True), today)
+    # More assets than dates: C = A'A / (window - 1) has rank below `window`, and x' C^+ x equals
+    # (window - 1) |G^+ A x|^2 with G = A A', `window` square rather than N square: by A's SVD, both are sums over
+    # its singular values, and pinv's relative cut-off drops the same ones (G's eigenvalues are C's times window - 1).
+    gram = centred @ centred.transpose(0, 2, 1)
+    projected = np.einsum("twn,tn->tw", centred, today)
+    solved = np.einsum("tvw,tw->tv", np.linalg.pinv(gram, hermitian=True), projected)
+    return (window - 1) * np.einsum("tv,tv->t", solved, solved)
