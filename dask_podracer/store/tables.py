@@ -9,6 +9,7 @@ one small block, never the whole history.
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,7 +51,7 @@ def write_leaderboard(store: Store, entries: Sequence[Mapping], where: str) -> N
         raise TypeError(f"leaderboard of store '{where}' must be a list of mappings, got {type(entries).__name__}")
     for i, entry in enumerate(entries):  # every reader ranks and shows entries by these two
         score = entry.get("score")
-        if not isinstance(entry.get("key"), str) or isinstance(score, bool) or not isinstance(score, int | float):
+        if not isinstance(entry.get("key"), str) or isinstance(score, bool) or not isinstance(score, numbers.Real):
             raise TypeError(f"leaderboard entry {i} of store '{where}' needs a key (a string) and a score (a "
                             f"number), got key {entry.get('key')!r} and score {score!r}")
     write_attrs(store, LEADERBOARD, {"entries": to_json([dict(e) for e in entries], "leaderboard entries")})
