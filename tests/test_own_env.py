@@ -8,6 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -178,7 +179,7 @@ def test_env_kwargs_that_the_env_does_not_take_are_refused_before_a_cluster_star
     assert not (tmp_path / "s.zarr").exists()
 
 
-GRID_ENV = """import gymnasium as gym
+GRID_ENVS = """import gymnasium as gym
 import numpy as np
 
 
@@ -193,30 +194,79 @@ class Grid(gym.Env):
     def step(self, action):
         obs = self.np_random.uniform(-1, 1, (3, 4)).astype(np.float32)
         return obs, float(-abs(action[0] - obs[0, 0])), False, False, {}
+
+
+class GridChoice(Grid):
+    action_space = gym.spaces.Discrete(2)
+
+    def step(self, action):
+        obs = self.np_random.uniform(-1, 1, (3, 4)).astype(np.float32)
+        return obs, float(int(action) == int(obs[1, 2] > 0)), False, False, {}
 """
 
 
-def test_an_env_of_2d_observations_is_refused_before_a_cluster_by_algorithms_that_take_flat_ones(
-        tmp_path, monkeypatch, capsys):
-    # SAC built its networks and replay rows for the first axis alone, and every segment failed after the cluster
-    # had started ("shape '[4, 3]' is invalid for input of size 48"); PPO flattens its observations and trains
-    (tmp_path / "grid_envs.py").write_text(GRID_ENV)
+@pytest.mark.parametrize("env_name, algorithm, hparams", [
+    ("grid_envs:Grid", "sac", {}),
+    ("grid_envs:Grid", "td3", {"normalize_observations": True}),
+    ("grid_envs:Grid", "sac", {"pipeline": True}),
+    ("grid_envs:GridChoice", "d3qn", {}),
+    ("grid_envs:Grid", "ppo", {"rollout_steps": 8, "num_minibatches": 2, "epochs": 1}),
+])
+def test_every_single_agent_algorithm_trains_on_observations_of_any_shape(tmp_path, monkeypatch, env_name,
+                                                                          algorithm, hparams):
+    # SAC, TD3, DDPG and the DQN family sized their networks and replay rows by the first axis of a (3, 4) Box,
+    # and every segment failed after the cluster had started ("shape '[4, 3]' is invalid for input of size 48");
+    # they flatten in obs_norm now, as PPO flattens as it acts
+    (tmp_path / "grid_envs.py").write_text(GRID_ENVS)
     monkeypatch.syspath_prepend(str(tmp_path))
+    torch.manual_seed(0)
+    env = make_vec_env(env_name, 4, seed=0, max_episode_steps=20)
+    off_policy = {"learning_starts": 8, "batch_size": 8} if algorithm != "ppo" else {}
+    settings = {"num_envs": 4, "hidden": [16], **off_policy, **hparams}
+    agent = make_agent(algorithm, env.single_observation_space, env.single_action_space, settings)
+    obs, _ = env.reset(seed=0)
+    for _ in range(12):
+        obs, steps, metrics = agent.train_iteration(env, obs)
+    agent.finish()
+    assert obs.shape == (4, 3, 4) and all(np.isfinite(v) for v in metrics.values())
+    assert algorithm == "ppo" or agent.updates > 0  # a pipelined learner's metrics may come an iteration later
+    copy = make_agent(algorithm, env.single_observation_space, env.single_action_space, settings)
+    copy.load_state_dict(agent.state_dict())
+    assert torch.equal(copy.act(obs), agent.act(obs)) and agent.act(obs).shape[0] == 4
+
+
+def test_ape_x_chunks_of_observations_of_any_shape_reach_the_learner(tmp_path, monkeypatch):
+    # an actor's chunk holds [steps * envs, 3, 4] observations: flattened where the learner reads them
+    (tmp_path / "grid_envs.py").write_text(GRID_ENVS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    torch.manual_seed(0)
+    env = make_vec_env("grid_envs:Grid", 4, seed=0, max_episode_steps=20)
+    settings = {"num_envs": 4, "hidden": [16], "learning_starts": 8, "batch_size": 8, "prioritized": True}
+    actor, learner = (make_agent("ddpg", env.single_observation_space, env.single_action_space, settings)
+                      for _ in range(2))
+    actor.start_acting(0, 2)
+    obs, _ = env.reset(seed=0)
+    chunks = []
+    for _ in range(3):
+        obs, chunk, _ = actor.collect(env, obs)
+        chunks.append(chunk)
+    assert chunks[0]["obs"].shape[1:] == (3, 4) and chunks[0]["priorities"].isfinite().all()
+    metrics = learner.learn(chunks)
+    assert metrics["replay_size"] == sum(len(c["rewards"]) for c in chunks) and np.isfinite(metrics["critic_loss"])
+
+
+def test_a_tournament_trains_sac_on_an_env_of_2d_observations(tmp_path, monkeypatch, capsys):
+    (tmp_path / "grid_envs.py").write_text(GRID_ENVS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # the embedded cluster's workers import grid_envs from where podracer runs
     store = tmp_path / "s.zarr"
     path = tmp_path / "grid.toml"
-    path.write_text(f'[run]\nenv = "grid_envs:Grid"\nalgorithm = "sac"\nstore = "{store}"\n'
-                    f'env_kwargs = {{ max_episode_steps = 20 }}\n')
-    assert main(["train", str(path)]) == 2
-    assert capsys.readouterr().err.strip().endswith(
-        "sac needs a 1-D Box observation space, got one of shape (3, 4): flatten it "
-        "(gymnasium.wrappers.FlattenObservation), or train ppo, which flattens it")
-    assert not store.exists()
-    env = make_vec_env("grid_envs:Grid", 2, seed=0, max_episode_steps=20)
-    agent = make_agent("ppo", env.single_observation_space, env.single_action_space,
-                       {"num_envs": 2, "rollout_steps": 8, "hidden": [8], "num_minibatches": 2, "epochs": 1})
-    obs, _ = env.reset(seed=0)
-    obs, steps, _ = agent.train_iteration(env, obs)
-    assert steps == 16 and agent.act(obs).shape == (2, 1)
+    path.write_text(f'[run]\nenv = "grid_envs:Grid"\nalgorithm = "sac"\nstore = "{store}"\nmax_segments = 4\n'
+                    f'budget = "60s"\nenv_kwargs = {{ max_episode_steps = 20 }}\n[segment]\nenv_steps = 400\n'
+                    f'[hparams]\nhidden = [16]\nlearning_starts = 50\n')
+    assert main(["train", str(path), "--quiet"]) == 0
+    board = PodracerStore(str(store)).read_leaderboard()
+    assert len(board) >= 3 and any(e["parent"] for e in board)  # children loaded their parents' networks
 
 
 def test_a_gymnasium_id_may_name_the_module_that_registers_it(tmp_path, monkeypatch):

@@ -152,8 +152,9 @@ class ApexAgent(OffPolicyAgent):
     rung_name: ClassVar[str]
     """What the rung is (`epsilon`, `noise_scale`): the key of the actor's report and of each chunk."""
 
-    def __init__(self, config: Any, device: torch.device, obs_dim: int, act_dim: int) -> None:
-        super().__init__(config, device, obs_dim, act_dim)
+    def __init__(self, config: Any, device: torch.device, obs_dim: int, act_dim: int,
+                 obs_shape: tuple[int, ...] | None = None) -> None:
+        super().__init__(config, device, obs_dim, act_dim, obs_shape)
         self.rung: float | None = None
         """An Ape-X actor's fixed rung of the ladder (`start_acting`); None: the one-task exploration."""
         self.from_actors = ActorTally()

@@ -141,17 +141,13 @@ def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym
     return info.factory(observation_space, action_space, config, torch.device(device))
 
 
-def observation_width(space: gym.spaces.Space, algorithm: str, flattens: bool) -> int:
-    """The width of the flat observation `algorithm`'s networks take from `space`: a Box's size. An algorithm
-    that `flattens` its observations (PPO, A2C, IMPALA) takes a Box of any shape; the others take a 1-D one,
-    refused here otherwise: their replay rows and networks would be built for its first axis alone, and every
-    segment would fail after the cluster had started."""
-    advice = "flatten it (gymnasium.wrappers.FlattenObservation)"
+def observation_width(space: gym.spaces.Space, algorithm: str) -> int:
+    """The width of the flat observation `algorithm`'s networks take from `space`: a Box's size (a Box of any
+    shape is flattened: PPO, A2C and IMPALA as they act, the off-policy agents in `obs_norm`). Any other space is
+    refused here: its shape is None, which failed deep inside."""
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{algorithm} needs a Box observation space, got {space}: {advice}")
-    if len(space.shape) != 1 and not flattens:
-        raise ValueError(f"{algorithm} needs a 1-D Box observation space, got one of shape {space.shape}: {advice}, "
-                         f"or train ppo, which flattens it")
+        raise ValueError(f"{algorithm} needs a Box observation space, got {space}: flatten it "
+                         f"(gymnasium.wrappers.FlattenObservation)")
     return math.prod(space.shape)
 
 

@@ -111,9 +111,9 @@ class DDPGAgent(apex.ApexAgent):
                  config: DDPGConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"{self.algorithm} needs a continuous (Box) action space, got {action_space}")
-        obs_dim = observation_width(observation_space, self.algorithm, flattens=False)
+        obs_dim = observation_width(observation_space, self.algorithm)
         act_dim = int(action_space.shape[0])
-        super().__init__(config, device, obs_dim, act_dim)
+        super().__init__(config, device, obs_dim, act_dim, observation_space.shape)
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=device)
         self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, action_space.low, action_space.high).to(device)

@@ -176,8 +176,9 @@ class DQNAgent(apex.ApexAgent):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"{self.algorithm} needs a Discrete action space, got {action_space}")
         self.n_actions = int(action_space.n)
-        obs_dim = observation_width(observation_space, self.algorithm, flattens=False)
-        super().__init__(config, device, obs_dim, act_dim=1)  # the replay buffer keeps the action's index
+        obs_dim = observation_width(observation_space, self.algorithm)
+        # the replay buffer keeps the action's index
+        super().__init__(config, device, obs_dim, act_dim=1, obs_shape=observation_space.shape)
         self.q_net = QNetwork(obs_dim, self.n_actions, config.hidden, config.dueling).to(device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         make_adam = captured.optimizer_maker(config.compile, device)

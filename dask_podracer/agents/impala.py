@@ -160,7 +160,7 @@ class IMPALAAgent:
                  config: IMPALAConfig, device: torch.device) -> None:
         self.config = config
         self.device = torch.device(device)
-        self.obs_dim = observation_width(observation_space, self.algorithm, flattens=True)
+        self.obs_dim = observation_width(observation_space, self.algorithm)
         # a private stream seeded from torch's global RNG (which a segment seeds) plus config.seed, as PPO's
         seed = int(torch.randint(2**62, ())) + config.seed
         init_gen = torch.Generator().manual_seed(seed)

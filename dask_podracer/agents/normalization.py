@@ -61,13 +61,25 @@ def share_batches(rms: RunningMeanStd, peers: Peers) -> None:
 
 
 class ObservationNormalizer:
-    """`normalizer(obs)`: obs `[B, obs_dim]` normalised by the statistics so far; the identity when disabled."""
+    """`normalizer(obs)`: obs `[..., *obs_shape]` flattened to `[..., obs_dim]` and normalised by the statistics
+    so far (only flattened when disabled). Observations already flat pass as they are."""
 
-    def __init__(self, obs_dim: int, enabled: bool, device: torch.device) -> None:
+    def __init__(self, obs_dim: int, enabled: bool, device: torch.device,
+                 obs_shape: tuple[int, ...] | None = None) -> None:
         self.enabled = enabled
+        self.obs_dim = obs_dim
+        self.obs_shape = tuple(obs_shape) if obs_shape is not None else (obs_dim,)
         self.rms = RunningMeanStd((obs_dim,), device)
 
+    def flat(self, obs: Tensor) -> Tensor:
+        """`[..., *obs_shape]` as `[..., obs_dim]`: the networks take a Box of any shape flattened, as PPO's do."""
+        k = len(self.obs_shape)
+        if k > 1 and tuple(obs.shape[-k:]) == self.obs_shape:
+            return obs.reshape(*obs.shape[:-k], self.obs_dim)
+        return obs
+
     def __call__(self, obs: Tensor) -> Tensor:
+        obs = self.flat(obs)
         if not self.enabled:
             return obs
         z = (obs - self.rms.mean) / torch.sqrt(self.rms.var + EPSILON)

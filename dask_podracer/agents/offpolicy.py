@@ -200,11 +200,13 @@ class OffPolicyAgent:
     algorithm: ClassVar[str]
     behaviour: nn.Module
 
-    def __init__(self, config: Any, device: torch.device, obs_dim: int, act_dim: int) -> None:
+    def __init__(self, config: Any, device: torch.device, obs_dim: int, act_dim: int,
+                 obs_shape: tuple[int, ...] | None = None) -> None:
         self.config = config
         self.device = device
-        self.replay = make_replay(config, obs_dim, act_dim, device)
-        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device)
+        self.replay = make_replay(config, obs_dim, act_dim, device)  # rows of flat observations
+        # every observation reaches the networks through obs_norm, which flattens an `obs_shape` Box to `obs_dim`
+        self.obs_norm = ObservationNormalizer(obs_dim, config.normalize_observations, device, obs_shape)
         self.reward_norm = RewardNormalizer(config.num_envs, config.gamma, config.normalize_rewards, device)
         self.env_steps = 0
         self.updates = 0

@@ -282,7 +282,7 @@ class PPOAgent:
                  config: PPOConfig, device: torch.device) -> None:
         self.config = config
         self.device = torch.device(device)
-        self.obs_dim = observation_width(observation_space, self.algorithm, flattens=True)
+        self.obs_dim = observation_width(observation_space, self.algorithm)
         # One private random stream for init, sampling and shuffling, seeded from torch's global RNG (which
         # a segment seeds with its own seed) plus config.seed: reproducible after torch.manual_seed, different
         # for every segment, and unaffected by whatever else draws from the global RNG later.

@@ -80,9 +80,9 @@ class SACAgent(OffPolicyAgent):
                  config: SACConfig, device: torch.device) -> None:
         if not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"sac needs a continuous (Box) action space, got {action_space}")
-        obs_dim = observation_width(observation_space, self.algorithm, flattens=False)
+        obs_dim = observation_width(observation_space, self.algorithm)
         self.act_dim = act_dim = int(action_space.shape[0])
-        super().__init__(config, device, obs_dim, act_dim)
+        super().__init__(config, device, obs_dim, act_dim, observation_space.shape)
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
         self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=device)
         self.actor = SquashedGaussianActor(obs_dim, act_dim, config.hidden, action_space.low, action_space.high).to(device)
