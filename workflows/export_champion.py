@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -84,11 +85,16 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
     evaluator = agent if device.type == "cpu" else load_agent(store, key, device=device, replay=False, env=env)
     env_kwargs = attrs.get("env_kwargs", {})
     one_env = make_vec_env(attrs["env"], 1, **env_kwargs)
+    _check_episodes_fit(episodes, one_env)
     team = is_multi_agent(one_env)
     example = torch.as_tensor(one_env.single_observation_space.sample(), dtype=torch.float32)
     example = example.unsqueeze(0) if team else example.reshape(1, -1)  # a team's: [1, n_agents, obs_dim]
     policy = _Policy(agent).requires_grad_(False)  # a traced graph keeps no no_grad context: drop grads here
     scripted = torch.jit.trace(policy, torch.cat([example] * 4), check_trace=False)
+    # the evaluations first, nothing written until they are done: one that failed (or was killed) left a new
+    # policy.pt beside no card, or beside the card of the champion exported there before
+    evaluation = _evaluation(evaluator, attrs["env"], episodes, seed, evaluation_env_kwargs(attrs), device)
+    gymnasium_evaluation = _gymnasium_evaluation(scripted, one_env, attrs["env"], episodes, seed, env_kwargs)
     out.mkdir(parents=True, exist_ok=True)
     scripted.save(str(out / "policy.pt"))
     agents = agent_policies(scripted, one_env, out) if team else None
@@ -98,8 +104,8 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "env_steps": attrs["env_steps"], "generation": attrs["generation"], "parent": attrs["parent"],
         "hparams": attrs["hparams"], "store": store.url,
         "scored_on": scored_on,
-        "evaluation": _evaluation(evaluator, attrs["env"], episodes, seed, evaluation_env_kwargs(attrs), device),
-        "gymnasium_evaluation": _gymnasium_evaluation(scripted, one_env, attrs["env"], episodes, seed, env_kwargs),
+        "evaluation": evaluation,
+        "gymnasium_evaluation": gymnasium_evaluation,
         "lineage": family_tree(store.read_history(), key).splitlines() if _in_history(store, key) else [key],
         "observation_shape": list(one_env.single_observation_space.shape),
         "action_space": str(one_env.single_action_space),
@@ -108,6 +114,20 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         card["agents"] = agents
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
+
+
+def _check_episodes_fit(episodes: int, env) -> None:
+    """A ValueError naming --episodes when the evaluation env's observations alone are more than this machine's
+    memory: the evaluation steps `episodes` envs at once, and --episodes 100000000 on a VMAS team got the export
+    OOM-killed (its policy files already written). A floor: each step holds an observation and a final one."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
+        return
+    need = episodes * 2 * 4 * math.prod(env.single_observation_space.shape)
+    if need > memory:
+        raise ValueError(f"--episodes {episodes:,} evaluates that many envs at once: their observations alone need "
+                         f"at least {need / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB")
 
 
 def evaluation_device(scored_on: str) -> torch.device:

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from dask_podracer.agents.base import AlgorithmInfo, register_algorithm
 from dask_podracer.agents.captured import COMPILE_MODES
-from dask_podracer.agents.ppo import PPOAgent
+from dask_podracer.agents.ppo import PolicyHead, PPOAgent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +78,8 @@ class A2CConfig:
             ("vf_coef", self.vf_coef > 0, "> 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
+            ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
+             f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),  # as the team algorithms' (mappo.py)
             ("reward_scale", self.reward_scale > 0, "> 0"),
             ("compile", self.compile in COMPILE_MODES, f"one of {COMPILE_MODES}"),
         ]

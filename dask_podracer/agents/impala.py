@@ -106,6 +106,8 @@ class IMPALAConfig:
             ("bound_coef", self.bound_coef >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
+            ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
+             f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),  # as the team algorithms' (mappo.py)
             ("reward_scale", self.reward_scale > 0, "> 0"),
         ]
         for name, ok, allowed in checks:

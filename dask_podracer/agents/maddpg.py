@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
-from dask_podracer.agents.mappo import agent_ends, per_agent, with_agent_id
+from dask_podracer.agents.mappo import agent_ends, check_buffer_fits, per_agent, with_agent_id
 from dask_podracer.agents.networks import ActionScale, mlp, soft_update
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
@@ -53,7 +53,7 @@ class MADDPGConfig:
     buffer_size: int = 200_000
     """replay capacity in team transitions (at least batch_size and num_envs * steps_per_iteration)"""
     learning_starts: int = 2_000
-    """team transitions collected (acting at random) before the first update"""
+    """team transitions collected (acting at random) before the first update (at most buffer_size)"""
     actor_lr: float = 1e-3
     """Adam step size of the actors"""
     critic_lr: float = 1e-3
@@ -83,7 +83,10 @@ class MADDPGConfig:
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("buffer_size", self.buffer_size >= max(self.batch_size, per_iteration),
              f">= batch_size and num_envs * steps_per_iteration (= {per_iteration})"),
-            ("learning_starts", self.learning_starts >= 0, ">= 0"),
+            # the replay holds at most buffer_size rows, and learning waits for learning_starts of them: past it,
+            # every segment acted at random and never learned, silently
+            ("learning_starts", 0 <= self.learning_starts <= self.buffer_size,
+             f"in [0, buffer_size={self.buffer_size}]"),
             ("actor_lr", self.actor_lr > 0, "> 0"),
             ("critic_lr", self.critic_lr > 0, "> 0"),
             ("gamma", 0 <= self.gamma <= 1, "in [0, 1]"),
@@ -193,6 +196,11 @@ class MADDPGAgent:
         self.actor_optimizer = adam(self.actor.parameters(), config.actor_lr)
         self.critic_optimizer = adam(self.critic.parameters(), config.critic_lr)
         self.generator = torch.Generator(self.device).manual_seed(seed + 1)
+        # obs and next_obs, the actions, and a reward, terminated and alive flag per agent, in float32
+        row = self.n_agents * (2 * self.obs_dim + self.act_dim + 3) * 4
+        check_buffer_fits(config.buffer_size * row, self.device,
+                          f"maddpg's replay buffer of hparams.buffer_size = {config.buffer_size:,} team transitions of "
+                          f"{self.n_agents} agents")
         self.replay = TeamReplay(config.buffer_size, self.n_agents, self.obs_dim, self.act_dim, self.device)
         self.alive = torch.ones(config.num_envs, self.n_agents, dtype=torch.bool, device=self.device)
         self.updates = 0

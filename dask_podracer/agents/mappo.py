@@ -23,6 +23,7 @@ GAE is cut there, nothing bootstrapped), and its later steps of that episode are
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -99,6 +100,10 @@ class MAPPOConfig:
             ("num_minibatches", 1 <= self.num_minibatches <= self.batch_size,
              f"in [1, batch_size={self.batch_size}]"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
+            # outside the clamp of the state-dependent std the offset had no gradient; with the learned one,
+            # exp(100) overflowed into NaN actions (every segment failed), and -10 or 20 trained garbage
+            ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
+             f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
         ]
         for name, ok, allowed in checks:
@@ -118,6 +123,28 @@ class IPPOConfig(MAPPOConfig):
 
 
 # -- pure pieces -----------------------------------------------------------------------------
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of `device` (this machine's RAM for the CPU); None where it cannot be told."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
+        return None
+
+
+def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:
+    """A MemoryError naming `what` (the hyper-parameters that size it) when a buffer of `nbytes` is more than
+    `device` has. torch zero-fills a buffer as it allocates it: one larger than the RAM but within what the
+    allocator grants got the process OOM-killed, the client's too (`podracer train` died with no message)."""
+    memory = device_memory(device)
+    if memory is not None and nbytes > memory:
+        raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
+                          f"{memory / 2**30:,.1f} GiB of {device}")
+
 
 def with_agent_id(obs: Tensor) -> Tensor:
     """obs `[..., n_agents, obs_dim]` -> `[..., n_agents, obs_dim + n_agents]`, a one-hot agent id appended."""
@@ -276,6 +303,10 @@ class MAPPOAgent:
         self.params = [*self.actor.parameters(), *self.critic.parameters()]
         self.optimizer = adam(self.params, config.learning_rate, eps=1e-5)
         self.generator = torch.Generator(self.device).manual_seed(seed + 1)
+        # obs and final_obs, the action, and 5 numbers (log-prob, value, reward, terminated, done) per agent-step
+        check_buffer_fits(config.batch_size * self.n_agents * (2 * self.obs_dim + self.act_dim + 5) * 4, self.device,
+                          f"{name}'s rollout buffer of hparams.num_envs * hparams.rollout_steps = "
+                          f"{config.num_envs} * {config.rollout_steps} team steps of {self.n_agents} agents")
         # agent i of env b is "env" b * n_agents + i of the buffer: per-agent rows are [T, B * n_agents]
         self.buffer = RolloutBuffer(config.rollout_steps, config.num_envs * self.n_agents, self.obs_dim,
                                     (self.act_dim,), torch.float32, self.device)

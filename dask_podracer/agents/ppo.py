@@ -115,6 +115,8 @@ class PPOConfig:
             ("lr_bounds", len(self.lr_bounds) == 2 and 0 < self.lr_bounds[0] <= self.lr_bounds[1],
              "[lowest, highest] with 0 < lowest <= highest"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
+            ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
+             f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),  # as the team algorithms' (mappo.py)
             ("reward_scale", self.reward_scale > 0, "> 0"),
             ("compile", self.compile in COMPILE_MODES, f"one of {COMPILE_MODES}"),
         ]

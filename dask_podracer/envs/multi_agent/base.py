@@ -28,6 +28,7 @@ an env with a global state of its own may offer it as `state()` `[B, state_dim]`
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -75,3 +76,21 @@ def joint_box(spaces: tuple[gym.spaces.Box, ...], pad_low: float, pad_high: floa
         low[i, : s.shape[0]] = s.low
         high[i, : s.shape[0]] = s.high
     return gym.spaces.Box(low, high, dtype=np.float32)
+
+
+def check_max_episode_steps(value: Any) -> int:
+    """`max_episode_steps` of an adapter's env_kwargs as an int >= 1, or a ValueError naming it."""
+    # a float or a string here was truncated (2.5 ran 2 steps) or failed with int()'s message, which names no field
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"max_episode_steps must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def kwargs_refusal(env_name: str, kwargs: dict[str, Any], error: BaseException) -> ValueError:
+    """One line for what a simulator raised building an env from `kwargs`: many of its checks are bare asserts,
+    whose message is empty, so the failing line of source is named instead."""
+    message = str(error).splitlines()[0] if str(error).strip() else ""
+    if not message:
+        frames = traceback.extract_tb(error.__traceback__)
+        message = (frames[-1].line or "").strip() if frames else ""
+    return ValueError(f"{env_name} refuses env_kwargs {kwargs}: {type(error).__name__}: {message}")

@@ -24,11 +24,21 @@ import torch
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.multi_agent.base import joint_box
+from dask_podracer.envs.multi_agent.base import check_max_episode_steps, joint_box, kwargs_refusal
 
 MPE2_ENVS = ("simple_v3", "simple_spread_v3", "simple_tag_v3", "simple_adversary_v3", "simple_push_v3",
              "simple_reference_v3", "simple_speaker_listener_v4", "simple_crypto_v3", "simple_world_comm_v3")
 """MPE2's envs registered as "mpe2:<name>" (tested against the checker: simple_spread_v3, simple_tag_v3)."""
+
+RESERVED_KWARGS = {"continuous_actions": "actions are always continuous",
+                   "max_cycles": "give max_episode_steps: the adapter keeps the time limit itself",
+                   "render_mode": "segments do not render"}
+"""parallel_env arguments the adapter sets itself: given again they clashed in "got multiple values for keyword
+argument" (render_mode would have drawn every step of every segment)."""
+
+BUILD_ERRORS = (AssertionError, ValueError, TypeError, IndexError, ZeroDivisionError, KeyError)
+"""What MPE2 raises for env_kwargs it cannot build from: local_ratio = 2 was a bare AssertionError traceback, N = 0
+"zero-size array to reduction operation maximum", naming neither the env nor the key."""
 
 
 class ParallelVecEnv:
@@ -41,10 +51,12 @@ class ParallelVecEnv:
         self.envs = [make() for _ in range(num_envs)]
         self.num_envs = int(num_envs)
         self.device = canonical_device(device)
-        self.max_episode_steps = int(max_episode_steps)
+        self.max_episode_steps = check_max_episode_steps(max_episode_steps)  # int() truncated 2.5 to 2
         first = self.envs[0]
         self.agents = list(first.possible_agents)
         self.n_agents = len(self.agents)
+        if self.n_agents < 1:
+            raise ValueError(f"{type(first).__name__} has no agents")
         self.agent_observation_spaces = tuple(first.observation_space(a) for a in self.agents)
         self.agent_action_spaces = tuple(first.action_space(a) for a in self.agents)
         for name, spaces in (("observation", self.agent_observation_spaces), ("action", self.agent_action_spaces)):
@@ -136,8 +148,16 @@ def mpe2_factory(name: str):
         except ImportError as e:
             raise ImportError(f"env 'mpe2:{name}' needs MPE2: pip install 'dask_podracer[pettingzoo]' ({e})") from e
 
+        for key in kwargs:
+            if key in RESERVED_KWARGS:
+                raise ValueError(f"mpe2:{name}: env_kwargs may not set {key!r}: {RESERVED_KWARGS[key]}")
+        steps = check_max_episode_steps(max_episode_steps)
+
         def make() -> Any:
-            return module.parallel_env(continuous_actions=True, max_cycles=max_episode_steps, **kwargs)
-        return ParallelVecEnv(make, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
+            try:
+                return module.parallel_env(continuous_actions=True, max_cycles=steps, **kwargs)
+            except BUILD_ERRORS as e:
+                raise kwargs_refusal(f"mpe2:{name}", kwargs, e) from None
+        return ParallelVecEnv(make, num_envs, device=device, seed=seed, max_episode_steps=steps)
     build.__name__ = build.__qualname__ = f"mpe2_{name}"
     return build

@@ -14,7 +14,6 @@ from VMAS in between.
 
 from __future__ import annotations
 
-import traceback
 import warnings
 from typing import Any
 
@@ -24,7 +23,7 @@ import torch
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.multi_agent.base import joint_box
+from dask_podracer.envs.multi_agent.base import check_max_episode_steps, joint_box, kwargs_refusal
 
 PREFIX = "vmas:"
 
@@ -50,23 +49,6 @@ RESERVED_KWARGS = {"continuous_actions": "actions are always continuous",
 """env_kwargs this adapter passes to vmas.make_env itself: given again they clashed there in a TypeError."""
 
 
-def _scenario_refusal(scenario: str, kwargs: dict[str, Any], error: BaseException) -> ValueError:
-    """One line for what VMAS raised building or resetting a scenario: many of its checks are bare asserts, whose
-    message is empty, so the failing line of source is named instead."""
-    message = str(error).splitlines()[0] if str(error).strip() else ""
-    if not message:
-        frames = traceback.extract_tb(error.__traceback__)
-        message = (frames[-1].line or "").strip() if frames else ""
-    return ValueError(f"vmas:{scenario} refuses env_kwargs {kwargs}: {type(error).__name__}: {message}")
-
-
-def _check_max_episode_steps(value: Any) -> int:
-    # a float or a string here was truncated or failed with int()'s message, which names no field
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"max_episode_steps must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 def _gymnasium_box(space: Any) -> gym.spaces.Box:
     """A gymnasium Box from VMAS's gym (0.26) Box."""
     return gym.spaces.Box(np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), dtype=np.float32)
@@ -83,7 +65,7 @@ class VmasVecEnv:
             raise ImportError(f"env 'vmas:{scenario}' needs VMAS: pip install 'dask_podracer[multiagent]' ({e})") from e
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.max_episode_steps = _check_max_episode_steps(max_episode_steps)
+        self.max_episode_steps = check_max_episode_steps(max_episode_steps)
         for key in scenario_kwargs:
             if key in RESERVED_KWARGS:
                 raise ValueError(f"vmas:{scenario}: env_kwargs may not set {key!r}: {RESERVED_KWARGS[key]}")
@@ -97,7 +79,7 @@ class VmasVecEnv:
                                           max_steps=None, seed=seed, clamp_actions=True, **scenario_kwargs)
             except (AssertionError, RuntimeError, IndexError, ZeroDivisionError, TypeError, ValueError) as e:
                 # n_agents = 0 was a bare AssertionError or "stack expects a non-empty TensorList": a traceback
-                raise _scenario_refusal(scenario, scenario_kwargs, e) from None
+                raise kwargs_refusal(f"vmas:{scenario}", scenario_kwargs, e) from None
         for warning in caught:
             # VMAS only warns of kwargs its scenario does not take, and the run trained without them: a misspelt
             # key (n_agent = 2) silently trained the default team
@@ -139,7 +121,17 @@ class VmasVecEnv:
         if self._needs_reset:
             raise RuntimeError("VmasVecEnv.step() called before reset()")
         actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32)
-        obs, rewards, terminated, _ = self._env.step([actions[:, i, :d] for i, d in enumerate(self._act_dims)])
+        try:
+            obs, rewards, terminated, _ = self._env.step([actions[:, i, :d] for i, d in enumerate(self._act_dims)])
+        except AssertionError:
+            # VMAS asserts its actions hold no NaN: a bare AssertionError, the only word from a segment whose
+            # policy diverged (a learning rate of 1e30, an extreme log_std_init). Checked only once VMAS refused
+            # them, so the step costs no extra host sync.
+            bad = [i for i, d in enumerate(self._act_dims) if bool(actions[:, i, :d].isnan().any())]
+            if not bad:
+                raise
+            raise ValueError(f"vmas:{self.scenario}: the actions of agent(s) {bad} hold NaN (did the policy's "
+                             f"training diverge?)") from None
         final_obs = self._stack(obs)
         # some scenarios (wheel) give each agent's reward as [B, 1]: stacked as is, it broke every step
         reward = torch.stack([r.reshape(self.num_envs) for r in rewards], dim=1).to(torch.float32)
