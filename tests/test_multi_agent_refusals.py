@@ -143,3 +143,14 @@ def test_an_export_whose_evaluation_cannot_run_writes_nothing(tmp_path):
     assert done.stderr.strip().splitlines()[-1].startswith(
         "export_champion: error: --episodes 10,000,000,000,000 evaluates that many envs at once"), done.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name, says", [
+    ("vmas:nope", "unknown env 'vmas:nope': 'nope' is not one of the registered vmas envs: navigation, balance"),
+    ("mpe2:nope_v3", "unknown env 'mpe2:nope_v3': 'nope_v3' is not one of the registered mpe2 envs: simple_v3"),
+])
+def test_a_scenario_that_is_not_registered_is_named_with_the_known_ones(name, says):
+    # read as an import path, it said "module 'vmas' has no attribute 'nope'"
+    with pytest.raises(ValueError) as refused:
+        make_vec_env(name, 2)
+    assert str(refused.value).startswith(says)

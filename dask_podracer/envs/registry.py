@@ -82,6 +82,10 @@ def _factory(name: str) -> EnvFactory:
         return lambda **kwargs: make_mjlab_vec_env(name, **kwargs)
     if name in _REGISTRY:
         return _REGISTRY[name]
+    for prefix, known in (("vmas", VMAS_SCENARIOS), ("mpe2", MPE2_ENVS)):
+        if name.startswith(f"{prefix}:"):  # read as an import path it said "module 'vmas' has no attribute 'nope'"
+            raise ValueError(f"unknown env {name!r}: {name.partition(':')[2]!r} is not one of the registered "
+                             f"{prefix} envs: {', '.join(known)}")
     if IMPORT_PATH.fullmatch(name):
         return _imported(name)
     known = ", ".join(registered_envs())
