@@ -54,6 +54,9 @@ def test_an_exported_team_acts_as_its_checkpoint_in_a_fresh_process(tmp_path):
     store = PodracerStore(str(tmp_path / "store.zarr"), create=True)
     _saved_team(store)
     out = tmp_path / "champion"
+    out.mkdir()  # a larger team's export was here: its extra agent file would sit beside a card that does not list it
+    (out / "agent_9.pt").write_bytes(b"stale")
+    (out / "agent_notes.pt").write_bytes(b"not ours")
     exported = subprocess.run([sys.executable, str(REPO / "workflows" / "export_champion.py"), store.url, str(out),
                                "--key", "team-0", "--episodes", "2"], capture_output=True, text=True, check=False)
     assert exported.returncode == 0, exported.stderr
@@ -61,6 +64,7 @@ def test_an_exported_team_acts_as_its_checkpoint_in_a_fresh_process(tmp_path):
     widths = [a["observation_shape"][0] for a in card["agents"]]
     assert card["observation_shape"] == [4, 16] and widths == [16, 16, 16, 14]
     assert [a["policy"] for a in card["agents"]] == [f"agent_{i}.pt" for i in range(4)]
+    assert not (out / "agent_9.pt").exists() and (out / "agent_notes.pt").exists()
     assert card["evaluation"]["episodes"] == 2 and len(card["evaluation"]["returns"]) == 2
 
     obs = make_vec_env(ENV, 3, seed=5, **ENV_KWARGS).reset(seed=5)[0]  # 3 teams: not the traced batch size

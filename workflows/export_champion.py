@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -98,6 +99,10 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
     out.mkdir(parents=True, exist_ok=True)
     scripted.save(str(out / "policy.pt"))
     agents = agent_policies(scripted, one_env, out) if team else None
+    exported = {entry["policy"] for entry in agents or []}
+    for stale in out.glob("agent_*.pt"):  # a larger team's, exported here before: this card would not list them
+        if re.fullmatch(r"agent_\d+\.pt", stale.name) and stale.name not in exported:
+            stale.unlink()
     card = {
         "key": key, "env": attrs["env"], "env_kwargs": env_kwargs, "algorithm": attrs["algorithm"],
         "score": attrs["score"],
