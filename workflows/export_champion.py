@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -45,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_c
 from replay_champion import play  # noqa: E402
 from team_policies import agent_policies  # noqa: E402
 
+from dask_podracer.agents.base import device_memory
 from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import GymVecEnv, StoredEnvRefused, make_vec_env
@@ -125,9 +125,8 @@ def _check_episodes_fit(episodes: int, env) -> None:
     """A ValueError naming --episodes when the evaluation env's observations alone are more than this machine's
     memory: the evaluation steps `episodes` envs at once, and --episodes 100000000 on a VMAS team got the export
     OOM-killed (its policy files already written). A floor: each step holds an observation and a final one."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
+    memory = device_memory(torch.device("cpu"))
+    if memory is None:  # not a system that tells
         return
     need = episodes * 2 * 4 * math.prod(env.single_observation_space.shape)
     if need > memory:

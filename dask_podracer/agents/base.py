@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -149,6 +150,28 @@ def observation_width(space: gym.spaces.Space, algorithm: str) -> int:
         raise ValueError(f"{algorithm} needs a Box observation space, got {space}: flatten it "
                          f"(gymnasium.wrappers.FlattenObservation)")
     return math.prod(space.shape)
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of `device` (this machine's RAM for the CPU); None where it cannot be told."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
+        return None
+
+
+def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:
+    """A MemoryError naming `what` (the hyper-parameters that size it) when a buffer of `nbytes` is more than
+    `device` has. torch zero-fills a buffer as it allocates it: one larger than the RAM but within what the
+    allocator grants got the process OOM-killed, the client's too (`podracer train` died with no message)."""
+    memory = device_memory(device)
+    if memory is not None and nbytes > memory:
+        raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
+                          f"{memory / 2**30:,.1f} GiB of {device}")
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:

@@ -23,7 +23,6 @@ GAE is cut there, nothing bootstrapped), and its later steps of that episode are
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -31,7 +30,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, check_buffer_fits, register_algorithm, regress,
+                                       set_learning_rate)
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.ppo import PolicyHead, _orthogonal_init, clipped_surrogate_loss, value_loss
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
@@ -123,28 +123,6 @@ class IPPOConfig(MAPPOConfig):
 
 
 # -- pure pieces -----------------------------------------------------------------------------
-
-def device_memory(device: torch.device) -> int | None:
-    """Bytes of memory of `device` (this machine's RAM for the CPU); None where it cannot be told."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    if device.type != "cpu":
-        return None
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
-        return None
-
-
-def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:
-    """A MemoryError naming `what` (the hyper-parameters that size it) when a buffer of `nbytes` is more than
-    `device` has. torch zero-fills a buffer as it allocates it: one larger than the RAM but within what the
-    allocator grants got the process OOM-killed, the client's too (`podracer train` died with no message)."""
-    memory = device_memory(device)
-    if memory is not None and nbytes > memory:
-        raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
-                          f"{memory / 2**30:,.1f} GiB of {device}")
-
 
 def with_agent_id(obs: Tensor) -> Tensor:
     """obs `[..., n_agents, obs_dim]` -> `[..., n_agents, obs_dim + n_agents]`, a one-hot agent id appended."""

@@ -86,6 +86,14 @@ def check_max_episode_steps(value: Any) -> int:
     return int(value)
 
 
+def check_not_reserved(env_name: str, kwargs: dict[str, Any], reserved: dict[str, str]) -> None:
+    """A ValueError naming the first key of `kwargs` that the adapter sets itself (`reserved`: key -> why): given
+    again it clashed in the simulator's "got multiple values for keyword argument"."""
+    for key in kwargs:
+        if key in reserved:
+            raise ValueError(f"{env_name}: env_kwargs may not set {key!r}: {reserved[key]}")
+
+
 def kwargs_refusal(env_name: str, kwargs: dict[str, Any], error: BaseException) -> ValueError:
     """One line for what a simulator raised building an env from `kwargs`: many of its checks are bare asserts,
     whose message is empty, so the failing line of source is named instead."""

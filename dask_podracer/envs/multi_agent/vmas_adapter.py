@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.multi_agent.base import check_max_episode_steps, joint_box, kwargs_refusal
+from dask_podracer.envs.multi_agent.base import (check_max_episode_steps, check_not_reserved, joint_box,
+                                                 kwargs_refusal)
 
 PREFIX = "vmas:"
 
@@ -66,9 +67,7 @@ class VmasVecEnv:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.max_episode_steps = check_max_episode_steps(max_episode_steps)
-        for key in scenario_kwargs:
-            if key in RESERVED_KWARGS:
-                raise ValueError(f"vmas:{scenario}: env_kwargs may not set {key!r}: {RESERVED_KWARGS[key]}")
+        check_not_reserved(f"vmas:{scenario}", scenario_kwargs, RESERVED_KWARGS)
         self.scenario = scenario
         self.num_envs = int(num_envs)
         self.device = canonical_device(device)
