@@ -443,7 +443,7 @@ def _check_env(args: argparse.Namespace) -> int:
         env = make_vec_env(name, args.num_envs, device=_usable_device(args.device), seed=args.seed, **kwargs)
     except ConfigError as e:  # names the config file and the key already
         raise UserError(str(e)) from None
-    except (ValueError, ImportError, TypeError, RuntimeError) as e:
+    except (ValueError, ImportError, TypeError, RuntimeError, MemoryError) as e:
         raise UserError(str(e) if repr(name) in str(e) else f"cannot build env {name!r}: {e}") from None
     limit = args.max_steps or min(env.max_episode_steps + 1, CHECK_STEPS)
     team = is_multi_agent(env)

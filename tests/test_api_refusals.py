@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from dask_podracer.agents import algorithm_info
 from dask_podracer.config import ConfigError, GroupConfig, config_from_dict, load_config
 from dask_podracer.envs import make_vec_env
 from dask_podracer.population import run_tournament
@@ -359,3 +360,13 @@ def test_an_observation_space_that_is_not_a_box_is_named_by_every_single_agent_a
         with pytest.raises(ValueError, match=f"^{algorithm} needs a Box observation space, got Dict.*: flatten it "
                                              r"\(gymnasium.wrappers.FlattenObservation\)$"):
             make_agent(algorithm, observations, actions, {})
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c", "impala", "mappo", "maddpg"])
+@pytest.mark.parametrize("seed", [2**32, 2**32 + 7, -1])
+def test_an_agent_seed_beyond_32_bits_is_refused(algorithm, seed):
+    # torch's CPU generator keeps a seed's low 32 bits: 7 and 2**32 + 7 trained the same agents
+    config_cls = algorithm_info(algorithm).config_cls
+    with pytest.raises(ValueError, match=r"^seed must be in \[0, 2\*\*32 - 1\], got -?\d+$"):
+        config_cls(seed=seed)
+    config_cls(seed=2**32 - 1)

@@ -154,3 +154,33 @@ def test_a_scenario_that_is_not_registered_is_named_with_the_known_ones(name, sa
     with pytest.raises(ValueError) as refused:
         make_vec_env(name, 2)
     assert str(refused.value).startswith(says)
+
+
+@pytest.mark.parametrize("value", ["false", "False", "true", " no "])
+def test_a_flag_given_as_a_string_is_refused(value):
+    # before: VMAS tested the flag for truth, so shared_rew = "false" trained a team on a shared reward, silently
+    with pytest.raises(ValueError, match=rf"^vmas:navigation: env_kwargs.shared_rew is the string '{value}', and the "
+                                         "simulator takes any non-empty string as true: give a boolean"):
+        make_vec_env("vmas:navigation", 2, seed=0, shared_rew=value)
+    assert make_vec_env("vmas:navigation", 2, seed=0, shared_rew=False).n_agents >= 1
+
+
+def test_an_mpe2_flag_given_as_a_string_is_refused():
+    pytest.importorskip("mpe2")
+    with pytest.raises(ValueError, match=r"^mpe2:simple_spread_v3: env_kwargs.dynamic_rescaling is the string 'false'"):
+        make_vec_env("mpe2:simple_spread_v3", 2, seed=0, dynamic_rescaling="false")
+
+
+def test_a_batch_of_worlds_beyond_the_machine_is_a_memory_error_naming_num_envs():
+    # before: `podracer check-env vmas:navigation --num-envs 100000000` was OOM-killed with no message
+    with pytest.raises(MemoryError, match=r"^vmas:navigation: num_envs = 1,000,000,000 worlds need about [\d,]+ GiB "
+                                          r"\(\d+ bytes of state a world, and 16x that while stepping\), more than"):
+        make_vec_env("vmas:navigation", 10**9, seed=0)
+
+
+def test_the_state_of_a_batch_of_worlds_grows_with_the_batch():
+    from dask_podracer.envs.multi_agent.vmas_adapter import batched_tensor_bytes
+
+    small, large = (make_vec_env("vmas:balance", n, seed=0) for n in (16, 64))
+    assert batched_tensor_bytes(small, 16) > 0
+    assert batched_tensor_bytes(large, 64) == 4 * batched_tensor_bytes(small, 16)

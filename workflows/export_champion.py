@@ -44,10 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling replay_c
 from replay_champion import play  # noqa: E402
 from team_policies import agent_policies  # noqa: E402
 
-from dask_podracer.agents.base import device_memory
 from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.cli import import_from_working_directory
 from dask_podracer.envs import GymVecEnv, StoredEnvRefused, make_vec_env
+from dask_podracer.envs.devices import device_memory
 from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import HOW_STEPPED
 from dask_podracer.lineage import family_tree

@@ -43,6 +43,8 @@ def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int], env_kwargs:
         while not done:
             action = policy(torch.as_tensor(np.asarray(obs), dtype=torch.float32).reshape(1, -1))[0]
             action = action.item() if isinstance(env.action_space, gym.spaces.Discrete) else action.numpy()
+            if isinstance(env.action_space, gym.spaces.Box) and np.issubdtype(env.action_space.dtype, np.integer):
+                action = np.rint(action).astype(env.action_space.dtype)  # as training's adapter does (gym_adapter.py)
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             done = terminated or truncated

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -19,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.envs import VecEnv
+from dask_podracer.envs.devices import device_memory
 from dask_podracer.typed_fields import ConfigError, dataclass_from
 
 Metrics = dict[str, float]
@@ -139,6 +139,7 @@ def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym
     if not isinstance(hparams, Mapping):
         raise ConfigError(f"hparams must be a mapping of hyper-parameters, got {type(hparams).__name__}")
     config = dataclass_from(info.config_cls, hparams, "hparams")
+    check_action_space(action_space, name)
     return info.factory(observation_space, action_space, config, torch.device(device))
 
 
@@ -152,16 +153,12 @@ def observation_width(space: gym.spaces.Space, algorithm: str) -> int:
     return math.prod(space.shape)
 
 
-def device_memory(device: torch.device) -> int | None:
-    """Bytes of memory of `device` (this machine's RAM for the CPU); None where it cannot be told."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    if device.type != "cpu":
-        return None
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
-        return None
+def check_action_space(space: gym.spaces.Space, algorithm: str) -> None:
+    """Refuse an action space every algorithm would misread: a Discrete that does not start at 0 (`Discrete(3,
+    start=-1)`). Agents pick actions 0 .. n-1, which such an env reads as other actions, or refuses mid-segment."""
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
+        raise ValueError(f"{algorithm} picks Discrete actions from 0, but the action space is {space}: shift it to "
+                         f"start at 0 (a gymnasium.ActionWrapper that adds {int(space.start)})")
 
 
 def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:

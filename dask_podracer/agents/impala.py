@@ -89,7 +89,7 @@ class IMPALAConfig:
     reward_scale: float = 1.0
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
-    """added to a draw from torch's global RNG to seed initialisation and action sampling"""
+    """added to a draw from torch's global RNG to seed initialisation and action sampling; 0 to 2**32 - 1"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -109,6 +109,7 @@ class IMPALAConfig:
             ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
              f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),  # as the team algorithms' (mappo.py)
             ("reward_scale", self.reward_scale > 0, "> 0"),
+            ("seed", 0 <= self.seed < 2**32, "in [0, 2**32 - 1]"),  # as ppo.py's
         ]
         for name, ok, allowed in checks:
             if not ok:

@@ -72,7 +72,7 @@ class MADDPGConfig:
     share_parameters: bool = True
     """one actor shared by every agent, with a one-hot agent id in its input; False: an actor per agent"""
     seed: int = 0
-    """added to a draw from torch's global RNG to seed initialisation, exploration and sampling"""
+    """added to a draw from torch's global RNG to seed initialisation, exploration and sampling; 0 to 2**32 - 1"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -95,6 +95,7 @@ class MADDPGConfig:
             ("exploration_noise", self.exploration_noise >= 0, ">= 0"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
+            ("seed", 0 <= self.seed < 2**32, "in [0, 2**32 - 1]"),  # as ppo.py's
         ]
         for name, ok, allowed in checks:
             if not ok:

@@ -81,7 +81,7 @@ class MAPPOConfig:
     centralised_critic: bool = True
     """MAPPO: the critic sees all agents' observations; False (IPPO): each agent's critic sees its own"""
     seed: int = 0
-    """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
+    """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling; 0 to 2**32 - 1"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -105,6 +105,7 @@ class MAPPOConfig:
             ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
              f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
+            ("seed", 0 <= self.seed < 2**32, "in [0, 2**32 - 1]"),  # as ppo.py's
         ]
         for name, ok, allowed in checks:
             if not ok:

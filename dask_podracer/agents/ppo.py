@@ -86,7 +86,7 @@ class PPOConfig:
     reward_scale: float = 0.1
     """rewards are multiplied by this before learning (returns are reported unscaled)"""
     seed: int = 0
-    """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling"""
+    """added to a draw from torch's global RNG to seed initialisation, action sampling and shuffling; 0 to 2**32 - 1"""
     compile: str = "auto"
     """captured minibatch update (agents/captured.py): "auto" (the default) replays each one as one CUDA graph on
     CUDA and runs it eagerly on a CPU, where compiling does not pay; "on" captures everywhere (torch.compile on a
@@ -119,6 +119,8 @@ class PPOConfig:
              f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),  # as the team algorithms' (mappo.py)
             ("reward_scale", self.reward_scale > 0, "> 0"),
             ("compile", self.compile in COMPILE_MODES, f"one of {COMPILE_MODES}"),
+            # torch's CPU generator keeps a seed's low 32 bits: seeds equal modulo 2**32 trained alike
+            ("seed", 0 <= self.seed < 2**32, "in [0, 2**32 - 1]"),
         ]
         for name, ok, allowed in checks:
             if not ok:

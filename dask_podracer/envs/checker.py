@@ -1,13 +1,13 @@
 """`check_vec_env(env)`: does an env keep the VecEnv contract that the rest of dask_podracer relies on?
 
 Each check raises `VecEnvCheckError` naming the env and what broke. The checks, in order:
-attributes and spaces; reset's shapes, dtypes and device; seeding determinism (two
-seeded runs repeat each other through every env's first auto-reset); every step's
+attributes and spaces; reset's shapes, dtypes and device; every step's
 shapes, dtypes and device; the auto-reset contract (`final_obs` equals `obs` where
 nothing ended and differs from it where something did, equals what the dynamics led to
 where the env can be copied, the clock restarts, episode statistics add up, truncation
 only at the time limit and never together with termination); and what a step hands out (obs, reward, flags,
-`final_obs`, episode statistics) stays as it was when the env steps again.
+`final_obs`, episode statistics) stays as it was when the env steps again; then seeding determinism
+(two seeded runs repeat each other through every env's first auto-reset).
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ def _check_tensor(env: VecEnv, name: str, x: object, shape: tuple[int, ...], dty
         _require(bool(torch.isfinite(x).all()), env, f"{name} has non-finite values")
 
 
+def _within(space: gym.spaces.Space, obs: Tensor) -> bool:
+    """Whether every row of `obs` (float32, as the protocol has it) is in `space`, compared in the space's own dtype:
+    a float32 array is never in a Box of uint8 (an image) or in a Discrete, whatever its values, for gymnasium."""
+    rows = obs.cpu().numpy()
+    if space.dtype is not None and np.issubdtype(space.dtype, np.integer):
+        if not np.array_equal(rows, np.round(rows)):  # 3.5 would pass as 3
+            return False
+        rows = rows.astype(space.dtype)
+    return all(space.contains(o if o.ndim else o[()]) for o in rows)
+
+
 def _replay(env: VecEnv, seed: int, limit: int, policy: Policy | None) -> list[Tensor]:
     return replay_trace(env, _actor(env, seed, policy), seed, limit)
 
@@ -103,13 +114,14 @@ def _copyable(env: VecEnv) -> bool:
 
 
 def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
-                  policy: Policy | None = None) -> CheckReport:
+                  policy: Policy | None = None, seeding: bool = True) -> CheckReport:
     """Check `env` against the VecEnv contract; raise `VecEnvCheckError` on the first break.
 
     Steps until every env has finished at least one episode, or `max_steps`
     (default: the time limit + 1), whichever comes first; the seeding replays go as far.
     `policy` maps obs `[B, *obs_shape]` to actions (default: uniformly random actions),
-    e.g. to drive an env to its terminal states. Returns what the checks covered.
+    e.g. to drive an env to its terminal states. `seeding=False` leaves the seeding replays out (the
+    preflight's few steps: an env whose start is fixed is no fault there). Returns what the checks covered.
     """
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be None or an integer >= 1 (0 steps would check nothing), got {max_steps!r}")
@@ -120,6 +132,9 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
     _require(isinstance(env.max_episode_steps, int) and env.max_episode_steps >= 1, env, "max_episode_steps")
     for name in ("single_observation_space", "single_action_space"):
         _require(isinstance(getattr(env, name), gym.spaces.Space), env, f"{name} is not a gymnasium space")
+    _require(env.single_observation_space.shape is not None, env,
+             f"single_observation_space {env.single_observation_space} has no shape: observations must be one tensor "
+             f"[B, *obs_shape] (gymnasium.wrappers.FlattenObservation flattens a Tuple or Dict)")
     n, obs_shape = env.num_envs, (env.num_envs, *env.single_observation_space.shape)
     discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
     limit = env.max_episode_steps + 1 if max_steps is None else max_steps
@@ -127,16 +142,7 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
     obs, info = env.reset(seed=seed)
     _check_tensor(env, "reset obs", obs, obs_shape, torch.float32)
     _require(isinstance(info, dict), env, "reset info is not a dict")
-    _require(all(env.single_observation_space.contains(o) for o in obs.cpu().numpy()), env,
-             "reset obs outside single_observation_space")
-
-    # Same seed, same actions: the same numbers, through reset and every env's first auto-reset.
-    first, again = _replay(env, seed, limit, policy), _replay(env, seed, limit, policy)
-    _require(len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again)), env,
-             "reset(seed=s) followed by the same actions did not repeat the same obs, rewards and flags "
-             "(through the auto-resets too: do they draw from the env's own seeded generator?)")
-    other, _ = env.reset(seed=seed + 1)
-    _require(not torch.equal(first[0], other), env, "different seeds gave identical initial observations")
+    _require(_within(env.single_observation_space, obs), env, "reset obs outside single_observation_space")
 
     act = _actor(env, seed, policy)
     obs, _ = env.reset(seed=seed)
@@ -169,7 +175,7 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
         term, trunc = terminated.cpu(), truncated.cpu()
         done = term | trunc
         _require(not bool((term & trunc).any()), env, f"step {t}: an env is both terminated and truncated")
-        final_obs, now = info["final_obs"].cpu().flatten(1), obs.cpu().flatten(1)
+        final_obs, now = info["final_obs"].cpu().reshape(n, -1), obs.cpu().reshape(n, -1)
         _require(torch.equal(now[~done], final_obs[~done]), env, f"step {t}: final_obs differs from obs where not done")
         _require(bool((now[done] != final_obs[done]).any(-1).all()), env,
                  f"step {t}: final_obs equals the new obs where an env ended; it must be the observation "
@@ -189,8 +195,7 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
                  f"step {t}: truncated before the time limit of {env.max_episode_steps}")
         _require(bool((length[~done] < env.max_episode_steps).all()), env,
                  f"step {t}: an episode ran past max_episode_steps without being truncated")
-        _require(all(env.single_observation_space.contains(o) for o in obs.cpu().numpy()), env,
-                 f"step {t}: obs outside single_observation_space")
+        _require(_within(env.single_observation_space, obs), env, f"step {t}: obs outside single_observation_space")
         terminations += int(term.sum())
         truncations += int(trunc.sum())
         length[done] = 0
@@ -200,4 +205,16 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
             break
     _require(max_steps is not None or bool(finished.all()), env,
              f"some envs never finished an episode in {limit} steps")
+
+    if not seeding:
+        return CheckReport(steps=steps, terminations=terminations, truncations=truncations)
+    # Same seed, same actions: the same numbers, through reset and every env's first auto-reset. Checked after the
+    # steps, which name a wrong shape, dtype or NaN: checked first, such an env only "did not repeat" (NaN != NaN,
+    # shapes that change), or failed inside the replay with torch's error (`terminated | truncated` of float flags).
+    first, again = _replay(env, seed, limit, policy), _replay(env, seed, limit, policy)
+    _require(len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again)), env,
+             "reset(seed=s) followed by the same actions did not repeat the same obs, rewards and flags "
+             "(through the auto-resets too: do they draw from the env's own seeded generator?)")
+    other, _ = env.reset(seed=seed + 1)
+    _require(not torch.equal(first[0], other), env, "different seeds gave identical initial observations")
     return CheckReport(steps=steps, terminations=terminations, truncations=truncations)

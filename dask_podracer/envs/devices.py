@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -25,3 +27,15 @@ def usable_device(device: str | torch.device) -> torch.device:
         # torch's missing-backend errors run on with a list of every backend: its first sentence says it
         raise ValueError(line.split(". ")[0] if len(line) > 200 else line) from None
     return resolved
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of `device` (this machine's RAM for the CPU); None where it cannot be told."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
+        return None

@@ -102,7 +102,10 @@ class GymVecEnv:
         if self._discrete:
             acts = acts.reshape(self.num_envs).astype(np.int64)
         else:
-            acts = acts.reshape(self.num_envs, *self.single_action_space.shape).astype(self.single_action_space.dtype)
+            acts = acts.reshape(self.num_envs, *self.single_action_space.shape)
+            if np.issubdtype(self.single_action_space.dtype, np.integer):
+                acts = np.rint(acts)  # to the nearest integer: a cast alone cut toward 0, which got twice the share
+            acts = acts.astype(self.single_action_space.dtype)
         obs, reward, terminated, truncated, g_info = self.env.step(acts)
         # gymnasium's TimeLimit also sets truncated on a step that terminates at the limit; in
         # our protocol an episode that terminated was not cut short, so termination wins.

@@ -22,12 +22,13 @@ import numbers
 import re
 from collections.abc import Callable
 
+import gymnasium as gym
 import torch
 
 from dask_podracer.envs.acrobot import AcrobotVecEnv
-from dask_podracer.envs.base import VEC_ENV_MEMBERS, VecEnv
+from dask_podracer.envs.base import VEC_ENV_MEMBERS, VecEnv, canonical_device
 from dask_podracer.envs.cartpole import CartPoleVecEnv
-from dask_podracer.envs.devices import usable_device
+from dask_podracer.envs.devices import resolve_device, usable_device
 from dask_podracer.envs.gym_adapter import PREFIX as GYM_PREFIX
 from dask_podracer.envs.gym_adapter import is_gym_env_class, make_gym_env_class_vec_env, make_gym_vec_env
 from dask_podracer.envs.mjlab_adapter import PREFIX as MJLAB_PREFIX
@@ -125,9 +126,32 @@ def _imported(name: str) -> EnvFactory:
             raise TypeError(f"env {name!r} built a {type(env).__name__}, which is not a VecEnv: it has no "
                             f"{', '.join(missing)} (see dask_podracer.envs.VecEnv, or subclass TorchVecEnv; "
                             f"a gymnasium.Env subclass is vectorised for you)")
+        _check_built(name, env, kwargs["num_envs"], kwargs["device"])
         return env
 
     return build
+
+
+def _check_built(name: str, env: VecEnv, num_envs: int, device: str | torch.device) -> None:
+    """What an env of one's own says of itself must be what was asked for and what the protocol needs, checked as
+    it is built, so that the preflight refuses it before any cluster starts: a factory that ignored `num_envs`
+    trained a batch of another size than its agent's (hparams.num_envs) silently, and a `max_episode_steps` of
+    None failed every segment with a TypeError."""
+    if env.num_envs != num_envs:
+        raise ValueError(f"env {name!r} built {env.num_envs!r} envs, asked for {num_envs}: a VecEnv factory must "
+                         f"make num_envs envs (hparams.num_envs in a tournament)")
+    limit = env.max_episode_steps
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        raise ValueError(f"env {name!r}: max_episode_steps must be an integer >= 1 (evaluation plays each episode "
+                         f"to its end), got {limit!r}")
+    for space in ("single_observation_space", "single_action_space"):
+        if not isinstance(getattr(env, space), gym.spaces.Space):
+            raise TypeError(f"env {name!r}: {space} must be a gymnasium space, got "
+                            f"{type(getattr(env, space)).__name__}")
+    expected = canonical_device(resolve_device(device))
+    if str(env.device) != str(expected):
+        raise ValueError(f"env {name!r} built its envs on {env.device}, asked for {expected}: a VecEnv factory must "
+                         f"put its tensors on the device it is given")
 
 
 def _check_takes_vec_env_arguments(name: str, attribute: str, target: Callable, kwargs: dict) -> None:

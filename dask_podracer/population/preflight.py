@@ -18,9 +18,9 @@ from distributed import Client
 
 from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.config import Config, ConfigError, GroupConfig
-from dask_podracer.envs import make_vec_env
+from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
-from dask_podracer.envs.registry import same_env
+from dask_podracer.envs.registry import module_imported_by, same_env
 from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.run_lease import check_no_run_going
 from dask_podracer.store import PodracerStore, StoreError
@@ -31,12 +31,34 @@ def check_constructs(config: Config) -> None:
     """Build the env and a fresh agent of every group here, so a config that cannot run fails first."""
     run = config.run
     env = _built(run.env, run.env_kwargs, "run.env_kwargs")
+    _check_steps(run.env, env, run.seed)
     if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
         _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs", run.eval_env_kwargs)
     for i, group in enumerate(config.groups):
         _check_agent_count(group.name, group.algorithm, run.env, env)
         _check_network_fits(group, env, f"groups[{i}].hparams" if len(config.groups) > 1 else "hparams")
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+PREFLIGHT_STEPS = 3
+"""Steps of the env the preflight checks against the VecEnv contract (the seeding replays are left to check-env)."""
+
+
+def _check_steps(env_name: str, env: Any, seed: int) -> None:
+    """A few steps of an env of one's own (code a name imports), checked against the VecEnv contract. One that
+    hands out numpy arrays, rewards `[B, 1]` or NaN failed every segment after the cluster had started; one with
+    float64 observations or integer rewards trained, silently, on what the contract does not promise. The envs we
+    ship are left out: their tests check them, and a Warp env's first step compiles its CPU kernels (45 s)."""
+    if module_imported_by(env_name) is None or is_multi_agent(env):
+        return
+    try:
+        check_vec_env(env, seed=seed, max_steps=PREFLIGHT_STEPS, seeding=False)
+    except VecEnvCheckError as e:
+        raise ConfigError(f"run.env {env_name!r} breaks the VecEnv contract: {first_line(e)} (`podracer check-env "
+                          f"{env_name}` checks it in full)") from None
+    except Exception as e:  # the env's own code raised: one line here, rather than in every segment
+        raise ConfigError(f"run.env {env_name!r} failed in its first {PREFLIGHT_STEPS} steps: {type(e).__name__}: "
+                          f"{first_line(e)}") from None
 
 
 def check_without_cluster(config: Config, *, embedded: bool = False) -> None:

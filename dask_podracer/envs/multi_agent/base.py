@@ -94,6 +94,19 @@ def check_not_reserved(env_name: str, kwargs: dict[str, Any], reserved: dict[str
             raise ValueError(f"{env_name}: env_kwargs may not set {key!r}: {reserved[key]}")
 
 
+QUOTED_FLAGS = frozenset({"true", "false", "yes", "no", "on", "off"})
+
+
+def check_no_quoted_flags(env_name: str, kwargs: dict[str, Any]) -> None:
+    """A ValueError naming the first of `kwargs` whose value is a flag written as a string (`shared_rew =
+    "false"`): the simulators test flags for truth, and any non-empty string is true, so it trained the opposite
+    team silently. Neither adapter knows which of a scenario's keys are flags, so any such string is refused."""
+    for key, value in kwargs.items():
+        if isinstance(value, str) and value.strip().lower() in QUOTED_FLAGS:
+            raise ValueError(f"{env_name}: env_kwargs.{key} is the string {value!r}, and the simulator takes any "
+                             f"non-empty string as true: give a boolean (true or false, without quotes)")
+
+
 def kwargs_refusal(env_name: str, kwargs: dict[str, Any], error: BaseException) -> ValueError:
     """One line for what a simulator raised building an env from `kwargs`: many of its checks are bare asserts,
     whose message is empty, so the failing line of source is named instead."""

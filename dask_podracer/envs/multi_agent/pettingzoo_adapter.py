@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.multi_agent.base import (check_max_episode_steps, check_not_reserved, joint_box,
-                                                 kwargs_refusal)
+from dask_podracer.envs.multi_agent.base import (check_max_episode_steps, check_no_quoted_flags,
+                                                 check_not_reserved, joint_box, kwargs_refusal)
 
 MPE2_ENVS = ("simple_v3", "simple_spread_v3", "simple_tag_v3", "simple_adversary_v3", "simple_push_v3",
              "simple_reference_v3", "simple_speaker_listener_v4", "simple_crypto_v3", "simple_world_comm_v3")
@@ -150,6 +150,7 @@ def mpe2_factory(name: str):
             raise ImportError(f"env 'mpe2:{name}' needs MPE2: pip install 'dask_podracer[pettingzoo]' ({e})") from e
 
         check_not_reserved(f"mpe2:{name}", kwargs, RESERVED_KWARGS)
+        check_no_quoted_flags(f"mpe2:{name}", kwargs)
         steps = check_max_episode_steps(max_episode_steps)
 
         def make() -> Any:
