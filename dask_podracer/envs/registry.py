@@ -40,7 +40,7 @@ from dask_podracer.envs.multi_agent.pettingzoo_adapter import MPE2_ENVS, mpe2_fa
 from dask_podracer.envs.multi_agent.vmas_adapter import VMAS_SCENARIOS, vmas_factory
 from dask_podracer.envs.pendulum import PendulumVecEnv
 from dask_podracer.envs.point_chase import PointChaseVecEnv
-from dask_podracer.envs.trading import make_stock_trading
+from dask_podracer.envs.trading import make_stock_trading, pin_market
 from dask_podracer.envs.warp import WARP_ENVS
 
 EnvFactory = Callable[..., VecEnv]
@@ -215,10 +215,25 @@ of the CPU MuJoCo envs, whose results do not depend on them), not what they are:
 either."""
 
 
+DATA_PINS = {"StockTrading-v0": ("market_sha256", pin_market)}
+"""Envs that read a data file, with the env_kwarg that pins its content and what adds it to env_kwargs: a run
+pins its data as it starts (`with_data_pins`), and the env refuses a file whose content differs."""
+
+
+def with_data_pins(name: str, kwargs: dict) -> dict:
+    """`kwargs` of env `name` with the content of the data files they name pinned (StockTrading-v0's market file:
+    `market_sha256`); other envs' kwargs as they are."""
+    pin = DATA_PINS.get(canonical_name(name))
+    return kwargs if pin is None else pin[1](kwargs)
+
+
 def same_env(kwargs: dict, other: dict) -> bool:
-    """Whether two env_kwargs build the same env, whatever each says of how it is stepped."""
+    """Whether two env_kwargs build the same env, whatever each says of how it is stepped. A data pin that only one
+    side has is not compared: a store from before pins (or a checkpoint's attrs) holds none."""
+    pins = {key for key, _ in DATA_PINS.values()} - (kwargs.keys() & other.keys())
+
     def what(k: dict) -> dict:
-        return {key: value for key, value in k.items() if key not in HOW_STEPPED}
+        return {key: value for key, value in k.items() if key not in HOW_STEPPED and key not in pins}
     return what(kwargs) == what(other)
 
 

@@ -26,7 +26,7 @@ from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots,
 from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import (Holders, ReplaySources, checkpoints_to_keep, collect,
                                                  missed_records, own_lines)
-from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers
+from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers, pin_data
 from dask_podracer.population.monitor import PodracerPage
 from dask_podracer.population.run_lease import this_client
 from dask_podracer.population.task_keys import segment_key, task_key
@@ -122,6 +122,7 @@ def run_tournament(config: Config, client: Client | None = None,
     """
     _check_arguments(config, client, scheduler, tls, {"on_progress": on_progress, "on_start": on_start,
                                                       "segment_fn": segment_fn}, poll_seconds)
+    config = pin_data(config)
     check_without_cluster(config, embedded=client is None and scheduler is None)
     try:
         trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library

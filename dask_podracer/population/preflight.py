@@ -20,7 +20,7 @@ from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.config import Config, ConfigError, GroupConfig
 from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
-from dask_podracer.envs.registry import module_imported_by, same_env
+from dask_podracer.envs.registry import DATA_PINS, module_imported_by, same_env, with_data_pins
 from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.run_lease import check_no_run_going
 from dask_podracer.store import PodracerStore, StoreError
@@ -38,6 +38,22 @@ def check_constructs(config: Config) -> None:
         _check_agent_count(group.name, group.algorithm, run.env, env)
         _check_network_fits(group, env, f"groups[{i}].hparams" if len(config.groups) > 1 else "hparams")
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+
+
+def pin_data(config: Config) -> Config:
+    """`config` with the content of the data files its env reads pinned in `run.env_kwargs` (and in
+    `run.eval_env_kwargs` where the scoring env reads another file): every segment, on any worker, and every
+    resume of the store then trains on the bytes the run began on, or is refused (a market file edited mid-run
+    mixed checkpoints of two datasets in one store, silently)."""
+    run = config.run
+    env_kwargs = with_data_pins(run.env, run.env_kwargs)
+    scoring = with_data_pins(run.env, {**run.env_kwargs, **run.eval_env_kwargs})
+    eval_pins = {key: value for key, value in scoring.items()
+                 if key in {k for k, _ in DATA_PINS.values()} and env_kwargs.get(key) != value}
+    if env_kwargs is run.env_kwargs and not eval_pins:
+        return config
+    run = dataclasses.replace(run, env_kwargs=env_kwargs, eval_env_kwargs={**run.eval_env_kwargs, **eval_pins})
+    return dataclasses.replace(config, run=run)
 
 
 PREFLIGHT_STEPS = 3
@@ -182,6 +198,12 @@ def check_store_fits(config: Config) -> None:
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r}, and run.env is "
                           f"{config.run.env!r}: {again}")
     recorded_kwargs = state.get("env_kwargs", next((e.get("env_kwargs", {}) for e in board), {}))
+    for key, _ in DATA_PINS.values():
+        then, now = recorded_kwargs.get(key), config.run.env_kwargs.get(key)
+        if recorded is not None and then is not None and now is not None and then != now:
+            raise ConfigError(f"store '{url}' holds a tournament on {recorded!r} trained on data whose content has "
+                              f"changed since ({key} {then[:12]}..., now {now[:12]}...: env_kwargs "
+                              f"{config.run.env_kwargs}): restore the file, or give another store (--store)")
     if recorded is not None and not same_env(recorded_kwargs, config.run.env_kwargs):
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r} with env_kwargs {recorded_kwargs}, "
                           f"and run.env_kwargs is {config.run.env_kwargs}: {again}")
