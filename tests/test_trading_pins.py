@@ -59,8 +59,8 @@ def test_an_env_refuses_a_market_file_whose_content_changed(tmp_path):
     pin = sha256(path)
     make_vec_env("StockTrading-v0", 1, market=path, market_sha256=pin, episode_days=20)
     write_market(path, seed=6)  # edited while the run goes on: a worker that builds its env now reads it
-    with pytest.raises(MarketDataError, match=rf"^{path}: the file has changed since this run began on it "
-                                              rf"\(SHA-256 now {sha256(path)[:12]}\.\.\., the run's {pin[:12]}\.\.\.\)"):
+    says = rf"^{path}: the file has changed since this run began on it \(SHA-256 now {sha256(path)[:12]}\.\.\., "
+    with pytest.raises(MarketDataError, match=says + rf"the run's {pin[:12]}\.\.\.\)"):
         make_vec_env("StockTrading-v0", 1, market=path, market_sha256=pin, episode_days=20)
     with pytest.raises(ValueError, match="market_sha256 pins the content of a market file, and market 'synthetic'"):
         make_vec_env("StockTrading-v0", 1, market="synthetic", market_sha256=pin)
