@@ -9,9 +9,12 @@ holds the last error.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -55,6 +58,8 @@ class StoreStatus:
     config: str | None = None
     """The config file of the last invocation, then its `--set` changes (`x.toml with --set hparams.gamma=0.9`),
     where the run state records it."""
+    exited_client: int | None = None
+    """The process id of a `silent` run's client that ran on this machine and has exited (killed)."""
 
     @property
     def budget_left(self) -> float | None:
@@ -100,7 +105,9 @@ def store_status(state: Mapping[str, Any], board: Sequence[LeaderboardEntry], hi
         budget_seconds=_number(state.get("budget_seconds")),
         max_segments=int(state["max_segments"]) if _number(state.get("max_segments")) else None,
         last_error=last_error, heartbeat_seconds=_number(state.get("heartbeat_seconds")) or DEFAULT_HEARTBEAT,
-        config=" ".join([state["config"], *state.get("settings", [])]) if state.get("config") else None)
+        config=" ".join([state["config"], *state.get("settings", [])]) if state.get("config") else None,
+        exited_client=exited_client(state) if state and not state.get("finished") and not state.get("stop_reason")
+        else None)
 
 
 def read_status(store_url: str, now: float | None = None) -> StoreStatus:
@@ -155,6 +162,9 @@ def _run_line(s: StoreStatus) -> str:
     if s.state == "stopped":
         return (f"stopped ({s.stop_reason}) {_date(s.written_at)}, not finished: the next `podracer train` on "
                 f"this store continues its budget; {invocations}")
+    if s.exited_client is not None:
+        return (f"NOT RUNNING: not finished, but its client (process {s.exited_client} on this machine) has exited: "
+                f"it was killed; the next `podracer train` on this store continues its budget; {invocations}")
     return (f"NOT RUNNING: not finished, but its {written} (a heartbeat is every "
             f"{_duration(s.heartbeat_seconds)}): its client was killed or lost its scheduler; the next "
             f"`podracer train` on this store continues its budget; {invocations}")
@@ -185,8 +195,34 @@ def run_phase(state: Mapping[str, Any], now: float) -> str:
         return "stopped"
     written, heartbeat = _number(state.get("written_at")), _number(state.get("heartbeat_seconds"))
     if written is not None and now - written <= HEARTBEATS * (heartbeat or DEFAULT_HEARTBEAT):
-        return "running"
+        return "silent" if exited_client(state) is not None else "running"
     return "silent"
+
+
+def exited_client(state: Mapping[str, Any]) -> int | None:
+    """The process id of the state's client if it ran on this machine and runs no more (a killed `podracer train`:
+    the next one takes the store over at once, and no heartbeat will come), else None."""
+    client = state.get("client")
+    if not isinstance(client, Mapping) or client.get("host") != socket.gethostname():
+        return None
+    pid = client.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid() or process_alive(pid):
+        return None
+    return pid
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (a zombie, killed and not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # someone else's process; a damaged state's pid: not known to be gone
+        return True
+    try:  # Linux: the field after the parenthesised command is the state, Z for a zombie
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _number(value: Any) -> float | None:

@@ -13,7 +13,6 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from dask_podracer.config import ConfigError
@@ -30,32 +29,17 @@ def check_no_run_going(url: str, state: Mapping[str, Any], now: float | None = N
     """Raise ConfigError (one line, ending with `remedy`) if the run state `state` of store `url` belongs to a run
     going now whose client is not this process and is not known to be dead."""
     now = time.time() if now is None else now
-    if run_phase(state, now) != "running":
+    if run_phase(state, now) != "running":  # not running: also a client killed on this machine (its process is gone)
         return
     client = state.get("client")
     if not isinstance(client, Mapping):  # written before clients were recorded: nothing to tell them apart by
         return
     host, pid = client.get("host"), client.get("pid")
     here = host == socket.gethostname()
-    if here and isinstance(pid, int) and (pid == os.getpid() or not _alive(pid)):
-        return  # this process's own earlier run, or a client that was killed on this machine
+    if here and pid == os.getpid():
+        return  # this process's own earlier run
     heartbeat = float(state.get("heartbeat_seconds") or DEFAULT_HEARTBEAT)
     ago = now - float(state["written_at"])
     where = f"process {pid}" + ("" if here else f" on {host}")
     raise ConfigError(f"store '{url}' has a run going ({where}, state written {ago:.0f}s ago): {remedy}; a client "
                       f"killed on another machine is taken over once its state is {HEARTBEATS * heartbeat:.0f}s old")
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs on this machine (a zombie, killed and not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:  # Linux: the field after the parenthesised command is the state, Z for a zombie
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True

@@ -22,12 +22,16 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, Self
 
 from dask_podracer.config import LoggingConfig
 from dask_podracer.tracking.errors import TrackingError
 
 logger = logging.getLogger(__name__)
+
+CHUNK = 100
+"""History records handed to the trackers at once."""
 
 __all__ = ["Trackers", "TrackingError", "default_run_name", "open_trackers", "run_origin", "state_origin"]
 
@@ -48,6 +52,8 @@ class Trackers:
         self._queue: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._failed: set[int] = set()
+        self._queued = 0  # records handed to `record` (counted by the caller's thread)
+        self._written = 0  # records every writer has been given in turn (counted by the writing thread)
 
     def record(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Log `records` (any status: only finished segments are logged). Returns at once."""
@@ -56,13 +62,25 @@ class Trackers:
         if self._thread is None:
             self._thread = threading.Thread(target=self._drain, name="podracer-trackers", daemon=True)
             self._thread.start()
-        self._queue.put([dict(r) for r in records])
+        records = [dict(r) for r in records]
+        for i in range(0, len(records), CHUNK):  # in chunks, so that `close` can tell slow from stuck
+            self._queue.put(records[i:i + CHUNK])
+        self._queued += len(records)
 
     def close(self, timeout: float = 120.0) -> None:
-        """Write what is queued (waiting at most `timeout` seconds), then close every tracker."""
+        """Write what is queued, then close every tracker. Waits as long as the trackers keep writing, but at most
+        `timeout` seconds for any one chunk (a tracking server that stopped answering); what is left unwritten then
+        is said in a warning."""
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout)
+            written = -1
+            while self._thread.is_alive() and self._written != written:  # a whole history (`podracer tensorboard`
+                written = self._written                                     # of a long run) takes minutes
+                self._thread.join(timeout)
+            if self._thread.is_alive():
+                names = ", ".join(type(w).__name__ for i, w in enumerate(self.writers) if i not in self._failed)
+                logger.warning("podracer: %d history records were not logged (%s wrote none in %.0fs): the store "
+                               "keeps every record", self._queued - self._written, names, timeout)
             self._thread = None
         for i, writer in enumerate(self.writers):
             if i not in self._failed:
@@ -80,6 +98,7 @@ class Trackers:
             for i, writer in enumerate(self.writers):
                 if i not in self._failed:
                     self._call(i, writer.write, records)
+            self._written += len(records)
 
     def _call(self, i: int, method: Any, *args: Any) -> None:
         try:
@@ -101,15 +120,17 @@ def open_trackers(logging: LoggingConfig, run_name: str, store_url: str, *, orig
     if not (logging.tensorboard or logging.mlflow):
         return Trackers()
     origin = run_origin(store_url) if origin is None else origin
+    # the store as PodracerStore names it: `runs/x.zarr` of two directories (every config's default is relative) is
+    # two stores, whose runs must not log into one MLflow run or TensorBoard directory
+    store_url = store_url if "://" in store_url and not store_url.startswith("file://") else \
+        str(Path(store_url.removeprefix("file://")).expanduser().resolve())
     writers: list[Writer] = []
     try:
         if logging.tensorboard:
-            from pathlib import Path
-
             from dask_podracer.tracking.tensorboard_log import TensorBoardLog
 
             writers.append(TensorBoardLog(Path(logging.tensorboard) / run_name if run_name else
-                                          Path(logging.tensorboard), origin))
+                                          Path(logging.tensorboard), origin, store_url))
         if logging.mlflow:
             from dask_podracer.tracking.mlflow_log import MLflowLog
 

@@ -17,6 +17,9 @@ from typing import Any
 from dask_podracer.tracking.errors import TrackingError
 from dask_podracer.tracking.scalars import agent_run, logged, segment_scalars, segment_text, step
 
+STORE_SUFFIX = ".podracer-store"
+"""Beside a run's directory (`DIR/<run name>.podracer-store`, outside it: it holds one directory per agent), the
+store whose history the run logs."""
 OPEN_WRITERS = 64
 """Agents whose event files stay open at once (each open writer holds a file and a thread); the least
 recently written one is closed past this, and a later segment of it starts a new file in the same run."""
@@ -32,7 +35,7 @@ def require_tensorboard() -> None:
 class TensorBoardLog:
     """Writes records under `directory`, one subdirectory per agent (`agent-000`, ...)."""
 
-    def __init__(self, directory: str | Path, origin: float) -> None:
+    def __init__(self, directory: str | Path, origin: float, store_url: str | None = None) -> None:
         require_tensorboard()
         from torch.utils.tensorboard import SummaryWriter
 
@@ -40,6 +43,8 @@ class TensorBoardLog:
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            if store_url is not None and self.directory.resolve().name:  # (a root directory has no place beside it)
+                self._claim(store_url)
         except OSError as e:  # a file in its place, or on its path: said before any segment runs
             raise TrackingError(f"cannot write TensorBoard event files under '{self.directory}': "
                                 f"{e.strerror or type(e).__name__}") from None
@@ -61,6 +66,18 @@ class TensorBoardLog:
     def close(self) -> None:
         while self._writers:
             self._writers.popitem(last=False)[1].close()
+
+    def _claim(self, store_url: str) -> None:
+        """Record that this directory logs `store_url`'s run; refuse one that logs another store's (two runs of one
+        `run.name`, e.g. one config's on two stores, would draw their agents' points as one line)."""
+        directory = self.directory.resolve()  # `.` has no name to add to
+        marker = directory.with_name(directory.name + STORE_SUFFIX)
+        recorded = marker.read_text().strip() if marker.is_file() else None
+        if recorded is None or (recorded != store_url and not any(self.directory.rglob("events.out.tfevents.*"))):
+            marker.write_text(store_url + "\n")  # a new directory, or one logged before stores were recorded
+        elif recorded != store_url:
+            raise TrackingError(f"'{self.directory}' holds the TensorBoard logs of another store's run "
+                                f"('{recorded}'): give another directory or run.name")
 
     def _writer(self, run: str) -> Any:
         writer = self._writers.pop(run, None)
