@@ -182,3 +182,18 @@ def test_mlflow_gets_each_agents_records_in_few_batches(tmp_path):
         assert run.data.tags["podracer_latest_segment"] == mine[-1]["key"]
         assert sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "score")) == [
             (r["lineage_env_steps"], r["score"]) for r in mine]
+
+
+def test_an_export_of_a_pool_larger_than_the_open_writers_writes_one_event_file_an_agent(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from dask_podracer.cli import main
+    from dask_podracer.store import PodracerStore
+    from dask_podracer.tracking.tensorboard_log import OPEN_WRITERS
+
+    agents = OPEN_WRITERS + 6
+    store = PodracerStore(str(tmp_path / "many.zarr"), create=True)
+    store.extend_history([{**RECORD, "key": f"s{i:06d}-a", "agent": i % agents, "lineage_env_steps": 300 * (i + 1),
+                           "wall_seconds": 10.0 + i} for i in range(3 * agents)])  # the agents take turns
+    assert main(["tensorboard", store.url, "--out", str(tmp_path / "tb"), "--name", "many"]) == 0
+    files = list((tmp_path / "tb" / "many").rglob("events.out.tfevents.*"))
+    assert len(files) == agents  # before: a new file at nearly every turn (210 files here)
