@@ -351,10 +351,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
             raise UserError(f"{target} already holds TensorBoard event files (a live run's, or an earlier "
                             f"export's): choose another --out or --name, or remove it")
         with open_trackers(LoggingConfig(tensorboard=args.out), name, store.url) as trackers:
-            # agent by agent (each one's records in their order): in the history's order, the agents of a pool
-            # larger than the writers kept open (64) took turns, and each turn opened a new event file (2,940
-            # files for 2,967 segments of 100 agents)
-            trackers.record(sorted(history, key=lambda record: str(record.get("agent"))))
+            trackers.record(history)  # agent by agent: one event file each
     except (StoreError, TrackingError, ConfigError) as e:
         raise UserError(str(e)) from None
     finished = sum(r.get("status") == "finished" for r in history)
