@@ -78,7 +78,7 @@ def parse_prior(raw: Any, field: str) -> Prior:
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"{field}.{kind} must be a list, got {values!r}")
     try:
-        return Prior(kind, tuple(_freeze(v) for v in values))
+        return Prior(kind, tuple(freeze(v) for v in values))
     except ValueError as e:
         raise ValueError(f"{field}: {e}") from None
 
@@ -136,7 +136,7 @@ def _options(value: Any, prior: Prior | None, declared: Sequence[Any] | None) ->
 
 
 def _other_option(value: Any, choices: Sequence[Any], rng: random.Random) -> Any:
-    others = [c for c in choices if _freeze(c) != _freeze(value)]  # a TOML list equals its tuple
+    others = [c for c in choices if freeze(c) != freeze(value)]  # a TOML list equals its tuple
     return rng.choice(others) if others else value
 
 
@@ -147,8 +147,9 @@ def _like(template: Any, value: Any) -> Any:
     return int(round(value)) if isinstance(template, int) else float(value)
 
 
-def _freeze(value: Any) -> Any:
-    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
+def freeze(value: Any) -> Any:
+    """`value` with its lists as tuples: a TOML or JSON list compares equal to the tuple a config holds."""
+    return tuple(freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def _plain(value: Any) -> Any:

@@ -26,3 +26,13 @@ class AgentState:
     segments: int = 0
     line_segments: int = 0
     """Segments finished since it last started fresh or adopted (compared with tournament.ready)."""
+    left_line: list[Any] | None = None
+    """While it trains a segment that adopts another's checkpoint: [hparams, line_segments] of the line its own
+    checkpoint is on. Its hparams are the child's meanwhile, but its checkpoint is not the child's until that
+    segment finishes; one that fails or is cancelled leaves it on this line."""
+
+    @property
+    def checkpoint_hparams(self) -> dict[str, Any]:
+        """The hyper-parameters its checkpoint (or, before it has one, its fresh draw) trains with: what a donor
+        passes on, not those of a child it is still training."""
+        return self.left_line[0] if self.left_line is not None else self.hparams

@@ -176,7 +176,7 @@ def _truncate(machine: Standings, agent: AgentState, rng: random.Random) -> Plan
     if len(peers) < 2 or agent not in peers[-cut:]:
         return keep_training(agent)
     donor = rng.choice(peers[:cut])
-    return adopt(machine, agent, donor.checkpoint, donor.hparams, donor.generation, rng)
+    return adopt(machine, agent, donor.checkpoint, donor.checkpoint_hparams, donor.generation, rng)
 
 
 def _std(values: Sequence[float]) -> float:

@@ -19,11 +19,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dask_podracer.config import Config
+from dask_podracer.config import Config, GroupConfig
 from dask_podracer.population.pool import AgentState
 from dask_podracer.population.strategies import STRATEGIES, Plan
 from dask_podracer.population.updater import update_leaderboard
-from dask_podracer.search import sample_hparams
+from dask_podracer.search import freeze, sample_hparams
 from dask_podracer.store.records import LeaderboardEntry
 from dask_podracer.train import SegmentResult, SegmentSpec
 from dask_podracer.train.spec import ActorsSpec, LearnersSpec
@@ -206,6 +206,9 @@ class Tournament:
         """Segment key -> agent, of the segments an earlier invocation left running (see SegmentRecovered)."""
         for raw in state.get("agents", []):  # a resumed run: in-flight segments are lost, agents are not
             agent = AgentState(**{**raw, "running": None, "active": False})
+            if agent.left_line is not None:  # its adopting segment is lost (unless recovered: see _recovered)
+                agent.hparams, agent.line_segments = agent.left_line
+                agent.left_line = None
             self.agents[agent.id] = agent
             if raw.get("running"):
                 self.in_flight[raw["running"]] = agent.id
@@ -249,7 +252,7 @@ class Tournament:
 
     def _finished(self, eid: int, event: SegmentFinished, rng: random.Random) -> list[Instruction]:
         agent, result = self.agents[event.agent], event.result
-        self._ended(agent)
+        self._ended(agent, finished=True)
         self._advance(agent, result)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.segment_env_steps
@@ -267,11 +270,15 @@ class Tournament:
         result = event.result
         agent = self.agents.get(event.agent) if event.agent is not None else None
         # the saved state had the agent training this very segment (`in_flight`), so the result is its newest
-        # checkpoint whatever it started from: its own, an adopted entry or fresh networks (the state already holds
-        # the segment's hyper-parameters and line count)
+        # checkpoint whatever it started from: its own, an adopted entry or fresh networks
         if agent is not None:
+            # the state put an agent whose adopting segment was lost back on its own line (__init__); this one was
+            # not lost: its hyper-parameters and line are the agent's now
+            agent.hparams = dict(result.hparams)
+            if result.parent is None or result.parent != agent.checkpoint:
+                agent.line_segments = 0
             self._advance(agent, result)
-        group = agent.group if agent is not None else self._group_of(result.algorithm)
+        group = agent.group if agent is not None else self._group_of(result)
         self.counters["segments_completed"] += 1
         self.counters["env_steps"] += result.segment_env_steps
         self.completed_now += int(event.resumed)
@@ -287,10 +294,11 @@ class Tournament:
             self._note_first_segment(group, result.score, result.score_stderr)
         before = {e["key"] for e in self.board}
         self.board, rank = update_leaderboard(self.board, result, self.config.tournament.leaderboard_size, group)
-        if rank is None:
-            return []
+        # evicted also when the result does not enter: a board resumed under a smaller leaderboard_size is cut to
+        # it, and the store's table (and what retention may delete) must follow
         evicted = sorted(before - {e["key"] for e in self.board})
-        return [Promote(eid, result.key, rank)] + [Evict(eid, key) for key in evicted]
+        promoted = [] if rank is None else [Promote(eid, result.key, rank)]
+        return promoted + [Evict(eid, key) for key in evicted]
 
     def _note_first_segment(self, group: str, score: float, stderr: float) -> None:
         best = self.first_segments.get(group)
@@ -301,8 +309,19 @@ class Tournament:
         target = self.config.run.target_return
         return target is not None and result.score >= target
 
-    def _group_of(self, algorithm: str) -> str:
-        return next((g.name for g in self.config.groups if g.algorithm == algorithm), algorithm)
+    def _group_of(self, result: SegmentResult) -> str:
+        """The group of a result no known agent trained: of its algorithm, and where several groups share that, the
+        one whose hyper-parameters it has (but those its agents draw or perturb): filed under another, its networks
+        would be adopted by agents built for other ones."""
+        groups = [g for g in self.config.groups if g.algorithm == result.algorithm]
+        if not groups:
+            return result.algorithm
+        perturbed = set(self.config.tournament.perturb)
+
+        def differences(group: GroupConfig) -> int:
+            return sum(freeze(result.hparams.get(name)) != freeze(value) for name, value in group.hparams.items()
+                       if name not in group.search and name not in perturbed)
+        return min(groups, key=differences).name  # the first of them on a tie
 
     def _failed(self, eid: int, event: SegmentFailed, rng: random.Random) -> list[Instruction]:
         agent = self.agents[event.agent]
@@ -372,6 +391,8 @@ class Tournament:
             index = self.counters["segments_started"]
             self.counters["segments_started"] += 1
             key = self.key_factory(index)
+            if plan.adopted:  # until the child finishes, the agent's checkpoint is still its own line's
+                agent.left_line = [agent.hparams, agent.line_segments]
             agent.running, agent.hparams = key, dict(plan.hparams)  # the child's hyper-parameters win
             if plan.adopted or plan.parent is None:
                 agent.line_segments = 0  # a new line starts
@@ -407,10 +428,15 @@ class Tournament:
         agent.segments += 1
         agent.line_segments += 1
 
-    def _ended(self, agent: AgentState) -> None:
+    def _ended(self, agent: AgentState, finished: bool = False) -> None:
+        """Its segment is over; one that did not finish (failed, cancelled) leaves the agent on its own line."""
         if agent.running:
             agent.running = None
             self.running -= 1
+        if agent.left_line is not None:
+            if not finished:  # else its checkpoint would train on with a child's hyper-parameters
+                agent.hparams, agent.line_segments = agent.left_line
+            agent.left_line = None
 
     # -- queries ------------------------------------------------------------------------------
     def target_agents(self) -> int:
