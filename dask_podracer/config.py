@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from dask_podracer.agents import algorithm_info, registered_algorithms
-from dask_podracer.agents.actor_learner import learns_from_actors
+from dask_podracer.agents.actor_learner import WEIGHTS_EVERY_PAST_LAG, learns_from_actors
+from dask_podracer.agents.apex import ApexAgent
 from dask_podracer.envs import canonical_env_name, registered_envs
 from dask_podracer.envs.registry import IMPORT_PATH
 from dask_podracer.search import Prior, parse_prior, sample_hparams
@@ -298,8 +299,9 @@ class ActorsConfig:
     weights_every: int = 1
     """The learner sends its policy to the actors after every this many gradient steps."""
     connect_timeout: float = 120.0
-    """Seconds a learner may go with no actor connected (waiting for slots, or after losing all) before its
-    segment fails."""
+    """Seconds a learner may go with no actor connected (waiting for slots, or after losing all), or with actors
+    connected and no rollout from any (stalled), before its segment fails; also the longest an actor waits on a
+    silent learner before it ends and frees its slot."""
     max_in_flight: int = 2
     """Rollouts an actor may have sent that the learner has not taken in yet: the actor waits for the learner
     before it collects another, so what the learner trains on was acted with recent weights. 0: no bound of
@@ -592,11 +594,19 @@ def _actors(data: Mapping[str, Any], groups: tuple[GroupConfig, ...]) -> ActorsC
             able = [a for a in registered_algorithms() if learns_from_actors(a)]
             raise ConfigError(f"actors: group {group.name!r} uses {group.algorithm!r}, which cannot learn from "
                               f"actor tasks (algorithms that can: {', '.join(able)}); remove [actors] or change it")
+        replays = issubclass(algorithm_info(group.algorithm).factory, ApexAgent)  # keeps every rollout, at any lag
+        if not replays and actors.weights_every > actors.max_policy_lag + 1:
+            raise ConfigError(WEIGHTS_EVERY_PAST_LAG.format(limit=actors.max_policy_lag + 1,
+                                                            weights_every=actors.weights_every))
         # each actor's returns would interleave in the learner's one running statistic of discounted returns
         prefix = f"groups[{i}].hparams" if "groups" in data else "hparams"
         if group.hparams.get("normalize_rewards"):
             raise ConfigError(f"{prefix}.normalize_rewards must be false with [actors] (the actors' returns would "
                               f"interleave in the learner's statistics)")
+        if replays:  # each actor's chunk enters the learner's replay whole
+            chunk = group.hparams["num_envs"] * group.hparams["apex_send_steps"]
+            require(group.hparams["buffer_size"] >= chunk, f"{prefix}.buffer_size",
+                    f">= num_envs * apex_send_steps (= {chunk}) with [actors]", group.hparams["buffer_size"])
     return actors
 
 

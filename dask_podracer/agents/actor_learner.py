@@ -78,3 +78,10 @@ def learns_from_actors(algorithm: str) -> bool:
     """Whether `algorithm`'s agents can be the learner of actor tasks."""
     factory = algorithm_info(algorithm).factory
     return isinstance(factory, type) and issubclass(factory, LearnsFromActors)
+
+
+WEIGHTS_EVERY_PAST_LAG = ("actors.weights_every must be <= max_policy_lag + 1 (= {limit}) for an IMPALA learner, got "
+                          "{weights_every}: every rollout would pass the lag bound before the learner sends newer "
+                          "weights, and it would drop them all from then on")
+"""Refused, at config time and by the learner: an IMPALA learner makes at most `max_policy_lag + 1` gradient steps on
+rollouts of the weights it last sent, and sends newer ones only after `weights_every` steps."""

@@ -193,6 +193,10 @@ class ApexAgent(OffPolicyAgent):
         """A replay learner: every chunk that arrived, once, into the replay buffer."""
         if self.config.normalize_rewards:  # the actors' return streams would interleave in one statistic
             raise ValueError(f"{self.algorithm} cannot learn from actors with normalize_rewards")
+        chunk = self.config.num_envs * self.config.apex_send_steps  # one actor's chunk enters the replay whole
+        if self.config.buffer_size < chunk:
+            raise ValueError(f"buffer_size must be >= num_envs * apex_send_steps (= {chunk}) to learn from actors, "
+                             f"got {self.config.buffer_size}")
         return LearnerFeed(batch=1, replay=True)
 
     def learn(self, trajectories: Sequence[dict[str, Tensor]]) -> Metrics:

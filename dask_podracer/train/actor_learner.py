@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from dask_podracer.agents import algorithm_info, make_agent
-from dask_podracer.agents.actor_learner import LearnsFromActors
+from dask_podracer.agents.actor_learner import WEIGHTS_EVERY_PAST_LAG, LearnsFromActors
 from dask_podracer.envs import VecEnv, make_vec_env
 from dask_podracer.train.actor_link import (LearnerEndpoint, bound_socket_buffer, connect_to_learner, dumps,
                                             new_authkey)
@@ -74,6 +74,9 @@ class ActorLearner:
         self.algorithm, self.config = agent.algorithm, agent.config
         self.feed = agent.learner_feed()
         self.batch = self.feed.batch
+        if not self.feed.replay and self.actors.weights_every > self.actors.max_policy_lag + 1:
+            raise ValueError(WEIGHTS_EVERY_PAST_LAG.format(limit=self.actors.max_policy_lag + 1,
+                                                           weights_every=self.actors.weights_every))
         # a replay learner keeps every trajectory in its replay buffer: the book only records their lags
         lag_bound, reuse = (None, 1) if self.feed.replay else (self.actors.max_policy_lag, self.actors.reuse)
         self.book: TrajectoryBook[dict[str, Any]] = TrajectoryBook(lag_bound, reuse)
@@ -81,7 +84,7 @@ class ActorLearner:
         authkey = new_authkey()
         inbox = max(2 * self.batch, 2 * self.actors.workers)  # bounded: a full inbox pushes back on the actors
         self.endpoint = LearnerEndpoint(launcher.host, authkey, inbox, self._weights())
-        self.started = time.monotonic()
+        self.started = self.last_taken = time.monotonic()
         # where the learner's time goes: its gradient steps, blocked on the inbox for rollouts, pickling and
         # handing out its weights; the rest is its bookkeeping and the segment's loop
         self.learn_seconds = self.wait_seconds = self.publish_seconds = 0.0
@@ -154,6 +157,7 @@ class ActorLearner:
                             self.streaming_wait_seconds += waited
             except queue.Empty:
                 return received
+            self.last_taken = time.monotonic()
             if self.actors.max_in_flight:  # the actor may send another
                 self.endpoint.acknowledge(arrival.actor)
             transitions = _transitions(arrival.arrays)
@@ -173,10 +177,24 @@ class ActorLearner:
 
     def _check_actors(self) -> None:
         endpoint = self.endpoint
+        connected = endpoint.connected()
+        if connected:
+            # connected but silent: a stalled actor (SIGSTOP, a hung env) keeps its socket open, so only the lack of
+            # rollouts tells; with nothing waiting in the inbox, none is held back by the learner itself
+            quiet = time.monotonic() - max(self.last_taken, endpoint.last_joined)
+            if quiet > self.actors.connect_timeout and endpoint.inbox.empty():
+                raise SegmentError(f"segment {self.key}: no rollout from its {connected} connected actors for "
+                                   f"{quiet:.0f}s: stalled (joined {endpoint.joined}, lost {endpoint.lost})")
+            return
+        # an actor that raised is never run again: once every one has, none will connect, so fail now with why
+        failed = f", the last: {endpoint.last_error}" if endpoint.last_error else ""
+        if endpoint.failed >= self.actors.workers:
+            raise SegmentError(f"segment {self.key}: every actor failed ({endpoint.failed} of {self.actors.workers}"
+                               f"{failed})")
         alone = time.monotonic() - endpoint.last_connected
-        if endpoint.connected() == 0 and alone > self.actors.connect_timeout:
+        if alone > self.actors.connect_timeout:
             raise SegmentError(f"segment {self.key}: no actor connected for {alone:.0f}s (joined {endpoint.joined}, "
-                               f"lost {endpoint.lost})")
+                               f"lost {endpoint.lost}, failed {endpoint.failed}{failed})")
 
     def metrics(self) -> dict[str, float]:
         """The learner's last losses, and the segment's actor-learner figures so far."""
@@ -185,6 +203,7 @@ class ActorLearner:
         out = {
             **self.last_learn, **book.lag_metrics(),
             "actors_joined": float(self.endpoint.joined), "actors_lost": float(self.endpoint.lost),
+            "actors_failed": float(self.endpoint.failed),
             "rollouts_received": float(self.rollouts), "rollouts_dropped_stale": float(book.dropped_stale),
             "rollouts_never_trained": float(book.dropped_unused),
             "transitions_received": float(self.transitions), "transitions_per_s": self.transitions / elapsed,
@@ -250,6 +269,8 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
             # with a bound, wait (reading weights meanwhile) until the learner has taken enough of this actor's
             # rollouts in: the next one is then acted with weights at most the bound's rollouts old
             while bound and version is not None and report["rollouts_sent"] - report["rollouts_taken"] >= bound:
+                if not conn.poll(spec.actors.connect_timeout):  # a stalled learner (its worker stopped) keeps its
+                    return report  # socket open: free this slot, which a rerun of its segment may need
                 version = _apply(agent, pickle.loads(conn.recv_bytes()), report, version)
             if version is None:
                 break
@@ -265,6 +286,13 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
                 version = _apply(agent, pickle.loads(conn.recv_bytes()), report, version)
     except (EOFError, OSError):  # the learner hung up (or died): this actor's part is over
         pass
+    except Exception as error:  # its env or its policy failed: say why, so the learner need not wait it out
+        first_line = next(iter(str(error).splitlines()), "")  # torch's NaN errors go on with the tensor
+        try:
+            conn.send_bytes(dumps(("error", f"actor {index}: {type(error).__name__}: {first_line}")))
+        except OSError:
+            pass
+        raise
     finally:
         conn.close()
     return report

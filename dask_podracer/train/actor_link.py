@@ -11,7 +11,8 @@ file descriptors), framed by `send_bytes`/`recv_bytes`, so each side counts the 
 - learner -> actor: `("weights", version, policy_state)` after every `weights_every` steps, `("stop",)` at the end,
   and, when the learner bounds the rollouts in flight (`actors.max_in_flight`), `("taken", n)`: it has taken n of
   this actor's rollouts out of its inbox so far (a running count, so a newer one replaces one not yet sent);
-- actor -> learner: `("rollout", version, arrays, (returns, episodes))`.
+- actor -> learner: `("rollout", version, arrays, (returns, episodes))`, and `("error", message)` from an actor that
+  raised, just before it hangs up.
 
 `LearnerEndpoint` keeps two threads per actor: a receiver that puts rollouts into one bounded inbox (a full
 inbox stops it reading, so TCP pushes back on actors that outpace the learner), and a sender that sends only
@@ -136,7 +137,11 @@ class _Link:
                 if not bounded:  # the kernel's receive buffer, sized by the first rollout
                     bound_socket_buffer(self.conn, socket.SO_RCVBUF, len(data))
                     bounded = True
-                kind, version, arrays, episodes = pickle.loads(data)
+                message = pickle.loads(data)
+                if message[0] == "error":  # the actor raised: it hangs up next, and Dask will not run it again
+                    endpoint.count_failed(message[1])
+                    continue
+                kind, version, arrays, episodes = message
                 if kind != "rollout":
                     continue
                 arrival = Arrival(self.index, int(version), arrays, episodes, len(data))
@@ -181,7 +186,11 @@ class LearnerEndpoint:
         self.links: list[_Link] = []
         self.lock = threading.Lock()
         self.joined = self.lost = self.refused = 0
-        self.last_connected = time.monotonic()
+        self.failed = 0
+        """Actors that raised (their env, their policy) and said so before hanging up: gone for good, as Dask does not
+        rerun a task that raised."""
+        self.last_error: str | None = None
+        self.last_connected = self.last_joined = time.monotonic()
         self.acceptor = threading.Thread(target=self._accept, name="actor-link-accept", daemon=True)
         self.acceptor.start()
 
@@ -201,11 +210,17 @@ class LearnerEndpoint:
             with self.lock:
                 self.links.append(_Link(len(self.links), conn, self, self.weights))
                 self.joined += 1
+                self.last_joined = time.monotonic()
 
     def count_lost(self) -> None:
         with self.lock:
             self.lost += 1
             self.last_connected = time.monotonic()
+
+    def count_failed(self, error: str) -> None:
+        with self.lock:
+            self.failed += 1
+            self.last_error = error
 
     def connected(self) -> int:
         """Actors connected now."""
