@@ -412,6 +412,14 @@ class Config:
             if bad:
                 raise ConfigError(f"tournament.perturb: {bad[0]!r} is not a tunable hyper-parameter of "
                                   f"{group.algorithm} (tunable: {', '.join(tunable)})")
+            redrawn = self.tournament.resample_probability > 0
+            stuck = [p for p in self.tournament.perturb if isinstance(group.hparams.get(p), float)
+                     and group.hparams[p] == 0 and not (p in group.search and redrawn)]
+            if stuck:  # ppo's ent_coef is 0.0 by default: `perturb = ["ent_coef"]` changed nothing, silently
+                where = f"group {group.name!r}'s hparams" if len(groups) > 1 else "hparams"
+                raise ConfigError(f"tournament.perturb: {stuck[0]!r} is 0.0 in {where}, and multiplying by "
+                                  f"perturb_factor never moves 0: give it another value, or a [search] prior with "
+                                  f"tournament.resample_probability > 0")
 
     @property
     def slots_per_segment(self) -> int:

@@ -107,3 +107,16 @@ def test_a_board_resumed_under_a_smaller_leaderboard_size_evicts_what_it_cuts():
     m.handle(CapacityChanged(1))
     out = finished(m, 0, -900.0)
     assert out[:2] == [Evict(2, "e2"), Evict(2, "e3")] and [e["key"] for e in m.board] == ["e0", "e1"]
+
+
+def test_perturbing_a_float_that_is_zero_is_refused_unless_a_prior_redraws_it():
+    # ppo's ent_coef is 0.0 by default, and a factor never moves 0: `perturb = ["ent_coef"]` changed nothing
+    from dask_podracer.config import ConfigError, config_from_dict
+
+    base = {"run": {"env": "Pendulum-v1", "algorithm": "ppo"}, "tournament": {"perturb": ["ent_coef"]}}
+    with pytest.raises(ConfigError, match=r"tournament.perturb: 'ent_coef' is 0.0 in hparams, and multiplying by "
+                                          r"perturb_factor never moves 0"):
+        config_from_dict(base)
+    config_from_dict({**base, "hparams": {"ent_coef": 0.01}})
+    config_from_dict({**base, "tournament": {"perturb": ["ent_coef"], "resample_probability": 0.25},
+                      "search": {"ent_coef": {"log_uniform": [1e-4, 1e-2]}}})
