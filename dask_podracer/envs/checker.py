@@ -89,8 +89,16 @@ def _within(space: gym.spaces.Space, obs: Tensor) -> bool:
     return all(space.contains(o if o.ndim else o[()]) for o in rows)
 
 
-def _replay(env: VecEnv, seed: int, limit: int, policy: Policy | None) -> list[Tensor]:
-    return replay_trace(env, _actor(env, seed, policy), seed, limit)
+def check_seeding(env: VecEnv, actor: Callable[[], Policy], seed: int, limit: int) -> None:
+    """Same seed, same actions (each run acts with a new `actor()`): the same numbers, through reset and every env's
+    first auto-reset; and another seed starts elsewhere. `VecEnvCheckError` when not (the multi-agent checker's
+    rule too)."""
+    first, again = replay_trace(env, actor(), seed, limit), replay_trace(env, actor(), seed, limit)
+    _require(len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again)), env,
+             "reset(seed=s) followed by the same actions did not repeat the same obs, rewards and flags "
+             "(through the auto-resets too: do they draw from the env's own seeded generator?)")
+    other, _ = env.reset(seed=seed + 1)
+    _require(not torch.equal(first[0], other), env, "different seeds gave identical initial observations")
 
 
 def replay_trace(env: VecEnv, act: Policy, seed: int, limit: int) -> list[Tensor]:
@@ -208,13 +216,8 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
 
     if not seeding:
         return CheckReport(steps=steps, terminations=terminations, truncations=truncations)
-    # Same seed, same actions: the same numbers, through reset and every env's first auto-reset. Checked after the
-    # steps, which name a wrong shape, dtype or NaN: checked first, such an env only "did not repeat" (NaN != NaN,
-    # shapes that change), or failed inside the replay with torch's error (`terminated | truncated` of float flags).
-    first, again = _replay(env, seed, limit, policy), _replay(env, seed, limit, policy)
-    _require(len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again)), env,
-             "reset(seed=s) followed by the same actions did not repeat the same obs, rewards and flags "
-             "(through the auto-resets too: do they draw from the env's own seeded generator?)")
-    other, _ = env.reset(seed=seed + 1)
-    _require(not torch.equal(first[0], other), env, "different seeds gave identical initial observations")
+    # Checked after the steps, which name a wrong shape, dtype or NaN: checked first, such an env only "did not
+    # repeat" (NaN != NaN, shapes that change), or failed inside the replay with torch's error (`terminated |
+    # truncated` of float flags).
+    check_seeding(env, lambda: _actor(env, seed, policy), seed, limit)
     return CheckReport(steps=steps, terminations=terminations, truncations=truncations)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dask_podracer.envs.checker import CheckReport, VecEnvCheckError, replay_trace
+from dask_podracer.envs.checker import CheckReport, VecEnvCheckError, check_seeding
 from dask_podracer.envs.multi_agent.base import MULTI_AGENT_MEMBERS, MultiAgentVecEnv
 
 Policy = Callable[[Tensor], Tensor]
@@ -51,10 +51,6 @@ def _actor(env: MultiAgentVecEnv, seed: int, policy: Policy | None) -> Policy:
         return policy
     gen = torch.Generator().manual_seed(seed)
     return lambda obs: sample_joint_actions(env, gen)
-
-
-def _replay(env: MultiAgentVecEnv, seed: int, limit: int, policy: Policy | None) -> list[Tensor]:
-    return replay_trace(env, _actor(env, seed, policy), seed, limit)
 
 
 def _check_spaces(env: MultiAgentVecEnv) -> None:
@@ -102,12 +98,7 @@ def check_multi_agent_env(env: MultiAgentVecEnv, seed: int = 0, max_steps: int |
     _require(isinstance(info, dict), env, "reset info is not a dict")
     _require(in_space(obs), env, "reset obs outside single_observation_space")
 
-    first, again = _replay(env, seed, limit, policy), _replay(env, seed, limit, policy)
-    _require(len(first) == len(again) and all(torch.equal(a, c) for a, c in zip(first, again)), env,
-             "reset(seed=s) followed by the same actions did not repeat the same obs, rewards and flags "
-             "(through the auto-resets too)")
-    other, _ = env.reset(seed=seed + 1)
-    _require(not torch.equal(first[0], other), env, "different seeds gave identical initial observations")
+    check_seeding(env, lambda: _actor(env, seed, policy), seed, limit)
 
     act = _actor(env, seed, policy)
     obs, _ = env.reset(seed=seed)
