@@ -13,6 +13,7 @@ reimplementation of the envs around the same physics (docs/envs.md).
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
 from dask_podracer.envs.gym_adapter import relay_mujoco_warnings
-from dask_podracer.envs.mujoco_tasks import TASKS, MujocoTask
+from dask_podracer.envs.mujoco_tasks import TASKS, MujocoTask, check_task_fields
 from dask_podracer.envs.mujoco_threads import ThreadedSimulations
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.int64: np.int64}
@@ -60,6 +61,16 @@ class MujocoVecEnv:
             raise ImportError(f"Mujoco{task.gym_id} needs MuJoCo: pip install 'dask-podracer[mujoco]' ({e})") from e
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        # threads = 0 was taken as "unset" (every core), silently. No upper bound: the preflight builds the env on
+        # the client, whose cores need not be the workers' (more threads than cores only share them)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
+                                    or threads < 1):
+            raise ValueError(f"Mujoco{task.gym_id}: threads must be an integer >= 1 (or unset: every core this "
+                             f"process may use), got {threads!r}")
+        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, numbers.Integral) \
+                or max_episode_steps < 1:
+            raise ValueError(f"Mujoco{task.gym_id}: max_episode_steps must be an integer >= 1, got "
+                             f"{max_episode_steps!r}")
         relay_mujoco_warnings()  # HalfCheetah's model warns when compiled, as through gymnasium
         self.task = task
         self.num_envs = int(num_envs)
@@ -156,6 +167,7 @@ def mujoco_factory(name: str) -> Callable[..., MujocoVecEnv]:
             task = task_class(**task_kwargs)
         except TypeError as e:
             raise ValueError(f"{name}: {e}") from e
+        check_task_fields(task, name)
         return MujocoVecEnv(task, num_envs, device=device, seed=seed, threads=threads,
                             max_episode_steps=max_episode_steps)
 

@@ -16,9 +16,11 @@ which parts the observation includes are not supported). The physics itself is r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Protocol, get_type_hints
 
 import numpy as np
 
@@ -55,6 +57,37 @@ class MujocoTask(Protocol):
 
     def reset_noise(self, rng: np.random.Generator, nq: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
         """One env's noise added to the initial qpos `[nq]` and qvel `[nv]`, drawn as gymnasium draws it."""
+
+
+def check_task_fields(task: Any, label: str) -> None:
+    """Refuse, in one line naming the keyword, a task (a dataclass of gymnasium's keyword arguments) whose values
+    gymnasium's formulas cannot use: a field of the wrong type (`frame_skip = 2.5`, `terminate_when_unhealthy =
+    "false"`), an integer below 1, a weight that is not finite, a negative `reset_noise_scale`, or a `*_range`
+    that is not (low, high) with low <= high (infinite ends are gymnasium's own defaults). Without this, such a
+    value was accepted and failed, or turned the rewards NaN, at the first reset or step, after the preflight.
+    Shared by the CPU tasks (`MujocoAnt-v5`, ...) and the Warp ones (`WarpAnt-v0`, ...); `label` names the env."""
+    hints = get_type_hints(type(task))
+    for f in fields(task):
+        kind, value = hints[f.name], getattr(task, f.name)
+        if kind is bool:
+            ok, want = isinstance(value, bool), "true or false"
+        elif kind is int:
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+            want = "an integer >= 1"
+        elif kind is float:
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            want = "a finite number"
+            if f.name == "reset_noise_scale":
+                ok, want = ok and value >= 0, "a finite number >= 0"
+        elif kind is str:
+            ok, want = isinstance(value, str), "a string"
+        else:  # tuple[float, float]: a range; NaN compares false, so it fails `low <= high`
+            ok = (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
+                  and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
+                  and value[0] <= value[1])
+            want = "(low, high) with low <= high"
+        if not ok:
+            raise ValueError(f"{label}: {f.name} must be {want}, got {value!r}")
 
 
 def _uniform_noise(rng: np.random.Generator, nq: int, nv: int, scale: float) -> tuple[np.ndarray, np.ndarray]:

@@ -9,10 +9,13 @@ from dask_podracer.envs.gym_adapter import relay_mujoco_warnings
 
 
 def gymnasium_asset(xml_file: str) -> str:
-    """The path of `xml_file`: as given when absolute, else one of gymnasium's own MuJoCo assets (as gymnasium's
-    `xml_file` keyword resolves it)."""
-    if os.path.isabs(xml_file):
+    """The path of `xml_file` as gymnasium's `xml_file` keyword resolves it (`mujoco_env.expand_model_path`): as
+    given when it starts with "." or "/" (so "./ant.xml" is in the working directory, not gymnasium's ant.xml),
+    the home directory's for "~", else one of gymnasium's own MuJoCo assets."""
+    if xml_file.startswith((".", "/")):
         return xml_file
+    if xml_file.startswith("~"):
+        return os.path.expanduser(xml_file)
     import gymnasium.envs.mujoco as gym_mujoco  # imported here: needs the `mujoco` extra
 
     return os.path.join(os.path.dirname(gym_mujoco.__file__), "assets", xml_file)
@@ -28,7 +31,13 @@ def load_mujoco_model(xml_file: str) -> Any:
     import mujoco
 
     relay_mujoco_warnings()  # HalfCheetah's deprecated `settotalmass`: a Python warning, not MUJOCO_LOG.TXT
-    mjm = mujoco.MjModel.from_xml_path(gymnasium_asset(xml_file))
+    path = gymnasium_asset(xml_file)
+    if not os.path.isfile(path):
+        raise ValueError(f"xml_file {xml_file!r}: no such file ({path})")
+    try:
+        mjm = mujoco.MjModel.from_xml_path(path)
+    except ValueError as e:  # MuJoCo's parse errors span lines: one line here, naming the keyword
+        raise ValueError(f"xml_file {xml_file!r} is not a model MuJoCo can load: {' '.join(str(e).split())}") from None
     if mjm.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
         mjm.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
     # A reset sets qfrc_actuator to zero (what mj_forward computes at ctrl = 0), which holds for

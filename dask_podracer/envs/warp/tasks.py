@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from dask_podracer.envs.mujoco_tasks import check_task_fields
 from dask_podracer.envs.warp.views import SimView
 
 Range = tuple[float, float]
@@ -41,15 +42,9 @@ class LocomotionTask:
     """The time limit (gymnasium's registered one; not an env keyword there, a `gymnasium.make` one)."""
 
     def __post_init__(self) -> None:
-        if self.frame_skip < 1 or self.max_episode_steps < 1:
-            raise ValueError(f"{type(self).__name__}: frame_skip and max_episode_steps must be >= 1, got "
-                             f"{self.frame_skip} and {self.max_episode_steps}")
-        if self.reset_noise_scale < 0:
-            raise ValueError(f"{type(self).__name__}: reset_noise_scale must be >= 0, got {self.reset_noise_scale}")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_range") and not (len(value) == 2 and value[0] <= value[1]):
-                raise ValueError(f"{type(self).__name__}: {f.name} must be (low, high) with low <= high, got {value}")
+        # the CPU tasks' checks: types too (`frame_skip = 2.5`, `terminate_when_unhealthy = "false"` and NaN weights
+        # were accepted here and failed, or gave NaN rewards, only once the env stepped)
+        check_task_fields(self, f"the Warp version of {self.gym_id}")
 
     @classmethod
     def configured(cls, **kwargs: Any) -> LocomotionTask:

@@ -11,6 +11,7 @@ model asks for PGS), reset noise from torch's generator instead of numpy's.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +48,12 @@ class WarpVecEnv(TorchVecEnv):
             raise ImportError(f"the Warp version of {task.gym_id} needs MuJoCo Warp: "
                               f"pip install 'dask-podracer[warp]' ({e})") from e
 
+        for key, value in (("nconmax", nconmax), ("njmax", njmax)):
+            # 0 is taken by MuJoCo Warp and drops every contact (nconmax) or constraint (njmax): the bodies fall
+            # through the floor, silently for nconmax, while the run trains on
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"the Warp version of {task.gym_id}: {key} must be an integer >= 1 (per world; "
+                                 f"unset: MuJoCo Warp's default for the model), got {value!r}")
         super().__init__(num_envs, device, seed, torch.float32)  # MuJoCo Warp computes in float32
         self._mjw = mjw
         self._task = task
