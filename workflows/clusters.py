@@ -5,8 +5,11 @@
 KIND is one of:
   local       a LocalCluster of worker processes on 127.0.0.1 (what `podracer train` embeds)
   cuda        dask-cuda's LocalCUDACluster: one worker per GPU, each advertising GPU=1
-  slurm       dask-jobqueue's SLURMCluster: N jobs of one worker, each with one GPU (edit the job options below)
+  slurm       dask-jobqueue's SLURMCluster: N jobs of one GPU each (edit the job options below)
   kubernetes  dask-kubernetes' KubeCluster (operator): N worker pods with one GPU each (edit the spec below)
+
+A GPU of cuda, slurm and kubernetes runs the config's `cluster.segments_per_gpu` segments at once: that many
+worker processes (`gpu_sharing = "processes"`; not cuda, which starts one worker per GPU) or threads of its worker.
 
 Each worker advertises the resource a segment asks for (`GPU=1`, or `CPU=1` for `local`
 without GPUs), and the store must be reachable by every worker: a shared filesystem path
@@ -31,7 +34,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from dask_podracer.cli import OneLineArgumentParser
-from dask_podracer.config import ConfigError, load_config
+from dask_podracer.config import ClusterConfig, ConfigError, load_config
 from dask_podracer.store import StoreError
 from dask_podracer.population import ClusterError, check_without_cluster, run_tournament
 from dask_podracer.population.cluster import CPU, GPU
@@ -46,6 +49,18 @@ PRELOAD = "dask_podracer.population.dashboard_preload"
 GPU_WORKER_RESOURCES = {GPU: 1}
 """What a worker of the cuda, slurm and kubernetes kinds advertises: its one GPU, one segment at a time."""
 KUBERNETES_GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
+WORKER_ENVIRONMENT = {"DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+"""What the embedded cluster sets for its workers (population/connect.py), given to Slurm jobs and worker pods too:
+a daemonic worker process may start no processes of its own, and gymnasium's async vector envs do."""
+
+
+def gpu_worker_layout(cluster: ClusterConfig) -> tuple[int, int]:
+    """Worker processes per GPU and threads per process for `cluster.segments_per_gpu` and `gpu_sharing`: N
+    processes of one thread, or one process of N threads (each segment then asks for GPU=1/N, and preflight
+    refuses a worker with fewer threads than that makes shares of its GPU)."""
+    if cluster.threads_share_a_gpu:
+        return 1, cluster.segments_per_gpu
+    return cluster.segments_per_gpu, 1
 
 
 def resources_arg(resources: dict[str, float]) -> str:
@@ -62,35 +77,46 @@ def local_cluster(workers: int) -> LocalCluster:
                         scheduler_kwargs={"preload": [PRELOAD]})
 
 
-def cuda_cluster_kwargs() -> dict[str, Any]:
-    """LocalCUDACluster's arguments: one worker per visible GPU (its default), each advertising that GPU.
+def cuda_cluster_kwargs(cluster: ClusterConfig | None = None) -> dict[str, Any]:
+    """LocalCUDACluster's arguments: one worker per visible GPU (its default), each advertising that GPU, with a
+    thread per segment that shares it (`gpu_sharing = "threads"`; LocalCUDACluster has no processes per GPU).
 
     `host`, `dashboard_address`, `resources` and `scheduler_kwargs` are LocalCluster's: LocalCUDACluster
     passes what it does not name on to it.
     """
-    return {"threads_per_worker": 1, "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
+    processes, threads = gpu_worker_layout(cluster or ClusterConfig())
+    if processes > 1:
+        raise ValueError(f"cuda starts one worker per GPU: cluster.segments_per_gpu = {processes} needs "
+                         f"gpu_sharing = \"threads\" there")
+    return {"threads_per_worker": threads, "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
             "resources": dict(GPU_WORKER_RESOURCES), "scheduler_kwargs": {"preload": [PRELOAD]}}
 
 
-def slurm_cluster(scheduler_options: dict[str, Any] | None = None) -> SLURMCluster:
+def slurm_cluster(scheduler_options: dict[str, Any] | None = None,
+                  cluster: ClusterConfig | None = None) -> SLURMCluster:
     """A SLURMCluster with no job yet: its scheduler runs in this process; `scale(jobs=N)` submits the workers.
 
-    Each job is one worker process owning one GPU: `--gres` asks Slurm for it and `--resources`
-    advertises it. The scheduler listens on the default interface, where the compute nodes reach it;
+    Each job owns one GPU: `--gres` asks Slurm for it and `--resources` advertises it, in each of the job's
+    `cluster.segments_per_gpu` worker processes, or in its one worker of that many threads (`gpu_sharing`).
+    The scheduler listens on the default interface, where the compute nodes reach it;
     `scheduler_options` overrides that (the tests bind it to 127.0.0.1). Edit the job options for your site.
     """
     from dask_jobqueue import SLURMCluster  # pip install dask-jobqueue
 
     gpus = GPU_WORKER_RESOURCES[GPU]
-    # one thread runs the worker's one segment; the job still books 8 CPUs for its envs
-    return SLURMCluster(cores=1, processes=1, job_cpu=8, memory="64GB", walltime="04:00:00",
+    processes, threads = gpu_worker_layout(cluster or ClusterConfig())
+    # a thread runs each of the GPU's segments; the job still books 8 CPUs for its envs
+    return SLURMCluster(cores=processes * threads, processes=processes, job_cpu=8, memory="64GB", walltime="04:00:00",
                         job_extra_directives=[f"--gres=gpu:{gpus:g}"],
+                        job_script_prologue=[f"export {name}={value}" for name, value in WORKER_ENVIRONMENT.items()],
                         worker_extra_args=["--resources", resources_arg(GPU_WORKER_RESOURCES)],
                         scheduler_options={"preload": [PRELOAD], **(scheduler_options or {})})
 
 
-def kubernetes_cluster_spec(workers: int, image: str, name: str = "podracer") -> dict[str, Any]:
-    """The DaskCluster resource for dask-kubernetes' operator: N worker pods with one GPU each.
+def kubernetes_cluster_spec(workers: int, image: str, name: str = "podracer",
+                            cluster: ClusterConfig | None = None) -> dict[str, Any]:
+    """The DaskCluster resource for dask-kubernetes' operator: N worker pods with one GPU each, shared by
+    `cluster.segments_per_gpu` worker processes of the pod or threads of its one worker (`gpu_sharing`).
 
     Built with `make_cluster_spec`, then corrected where its defaults do not fit: it gives `resources`
     to the scheduler's container too (the GPU limit goes on the worker's only), and it starts both
@@ -99,33 +125,37 @@ def kubernetes_cluster_spec(workers: int, image: str, name: str = "podracer") ->
     """
     from dask_kubernetes.operator import make_cluster_spec  # pip install dask-kubernetes
 
+    processes, threads = gpu_worker_layout(cluster or ClusterConfig())
     spec = make_cluster_spec(name=name, image=image, n_workers=workers,
                              worker_command=["dask", "worker", "--resources", resources_arg(GPU_WORKER_RESOURCES),
-                                             "--nthreads", "1"])
+                                             "--nthreads", str(threads), "--nworkers", str(processes)])
     worker = spec["spec"]["worker"]["spec"]["containers"][0]
     worker["resources"] = {"limits": {KUBERNETES_GPU: f"{GPU_WORKER_RESOURCES[GPU]:g}"}}
+    worker["env"] = [{"name": name, "value": value} for name, value in WORKER_ENVIRONMENT.items()]  # it gave null
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
     # 0.0.0.0 inside its pod, where the scheduler's Service reaches it
     scheduler["args"] = ["dask", "scheduler", "--host", "0.0.0.0", "--preload", PRELOAD]
     return spec
 
 
-def make_cluster(kind: str, workers: int) -> Cluster:
-    """A started cluster of `kind`; Slurm jobs are submitted and Kubernetes pods created here."""
+def make_cluster(kind: str, workers: int, cluster: ClusterConfig | None = None) -> Cluster:
+    """A started cluster of `kind`, its GPU workers laid out as `cluster` shares a GPU; Slurm jobs are submitted
+    and Kubernetes pods created here."""
     if kind == "local":
         return local_cluster(workers)
     if kind == "cuda":
         from dask_cuda import LocalCUDACluster  # pip install dask-cuda
 
-        return LocalCUDACluster(**cuda_cluster_kwargs())
+        return LocalCUDACluster(**cuda_cluster_kwargs(cluster))
     if kind == "slurm":
-        cluster = slurm_cluster()
-        cluster.scale(jobs=workers)
-        return cluster
+        slurm = slurm_cluster(cluster=cluster)
+        slurm.scale(jobs=workers)
+        return slurm
     if kind == "kubernetes":
         from dask_kubernetes.operator import KubeCluster  # pip install dask-kubernetes
 
-        spec = kubernetes_cluster_spec(workers, image=os.environ.get("PODRACER_IMAGE", "podracer:latest"))
+        spec = kubernetes_cluster_spec(workers, image=os.environ.get("PODRACER_IMAGE", "podracer:latest"),
+                                       cluster=cluster)
         return KubeCluster(custom_cluster_spec=spec)
     raise ValueError(f"unknown cluster kind {kind!r}: local, cuda, slurm or kubernetes")
 
@@ -164,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clusters: error: {e}", file=sys.stderr)
         return 2
     try:
-        cluster = make_cluster(args.kind, args.workers)
+        cluster = make_cluster(args.kind, args.workers, config.cluster)
     except ImportError as e:
         package = (e.name or "its package").split(".")[0]  # dask_kubernetes, not dask_kubernetes.operator
         print(f"clusters: error: {args.kind} needs {package}: pip install it first", file=sys.stderr)

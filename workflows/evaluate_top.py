@@ -25,10 +25,17 @@ from dask_podracer.train import evaluate, evaluation_env_kwargs, load_agent
 
 
 def report(store: PodracerStore, top: int, episodes: int, seed: int, env: str | None = None) -> list[dict]:
-    """The top `top` entries, each re-evaluated on `episodes` episodes from `seed`; `env` as in `load_agent`."""
+    """The top `top` entries whose checkpoints load, each re-evaluated on `episodes` episodes from `seed` (`rank`
+    is the board's); `env` as in `load_agent`. Those that do not load are named on stderr and passed over."""
     rows = []
-    for rank, entry in enumerate(store.read_leaderboard()[:top], 1):
-        agent = load_agent(store, entry["key"], replay=False, env=env)  # evaluation only acts
+    for rank, entry in enumerate(store.read_leaderboard(), 1):
+        if len(rows) == top:
+            break
+        try:
+            agent = load_agent(store, entry["key"], replay=False, env=env)  # evaluation only acts
+        except StoreError as e:  # quarantined, damaged, deleted: a run would take it off the board; the rest stand
+            print(f"evaluate_top: passing over rank {rank}: {e}", file=sys.stderr)
+            continue
         attrs = store.checkpoint_attrs(entry["key"])
         # the env the score came from: a trading agent's validation period, say (`run.eval_env_kwargs`)
         episodes_env = make_vec_env(attrs["env"], episodes, seed=seed, **evaluation_env_kwargs(attrs))
