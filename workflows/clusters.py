@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=["local", "cuda", "slurm", "kubernetes"])
     parser.add_argument("config")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes (local), Slurm jobs or Kubernetes pods, default 2 (cuda: one a GPU); "
+                             "not the config's cluster.workers, which sizes the embedded cluster")
     parser.add_argument("--budget")
     parser.add_argument("--store")
     parser.add_argument("--json")
