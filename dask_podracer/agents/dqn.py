@@ -55,7 +55,7 @@ class DQNFields:
     eps_start: float = 1.0
     """Exploration epsilon at the first env step."""
     eps_end: float = 0.05
-    """Exploration epsilon after `exploration_steps`."""
+    """Exploration epsilon after `exploration_steps` (at most eps_start: epsilon decays)."""
     exploration_steps: int = 10_000
     """Env steps (summed over envs) over which epsilon decays linearly."""
     max_grad_norm: float = 10.0
@@ -94,6 +94,8 @@ class DQNConfig(OffPolicyOptions, DQNFields, OffPolicyConfig):
         check(self, "learning_rate", self.learning_rate > 0, "> 0")
         check(self, "eps_start", 0 <= self.eps_start <= 1, "in [0, 1]")
         check(self, "eps_end", 0 <= self.eps_end <= 1, "in [0, 1]")
+        # epsilon decays from eps_start to eps_end: an end above the start made exploration grow, silently
+        check(self, "eps_end", self.eps_end <= self.eps_start, f"<= eps_start (= {self.eps_start!r})")
         check(self, "exploration_steps", self.exploration_steps >= 1, ">= 1")
         check(self, "max_grad_norm", self.max_grad_norm > 0, "> 0")
         check(self, "apex_epsilon", 0 <= self.apex_epsilon <= 1, "in [0, 1]")

@@ -233,21 +233,32 @@ class OffPolicyAgent:
         statistics and, with `keep_replay`, the replay buffer."""
         self.loop.pause()  # in pipeline mode the learner's owed updates first: a checkpoint of still parameters
         state = self.own_state()
-        state["counters"] = {"env_steps": self.env_steps, "updates": self.updates}
+        # the fraction of an update earned and not yet made: a child segment owes it on (utd_ratio * num_envs < 1
+        # earns one update over several steps, and a lineage of short segments that each dropped it never updated)
+        state["counters"] = {"env_steps": self.env_steps, "updates": self.updates,
+                             "update_credit": self.loop.stats.credit}
         self.obs_norm.save_into(state)
         self.reward_norm.save_into(state)
         if self.config.keep_replay:
             state["replay"] = self.replay.state_dict()
+            if isinstance(self.replay, PrioritizedReplayBuffer):  # may be above every row's: a row's priority falls
+                state["counters"]["max_priority"] = float(self.replay.max_priority)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a `state_dict()`: the normalisers' statistics (refusing the other observation setting), then
-        `load_own_state`, the counters and the replay buffer if the checkpoint has one."""
+        `load_own_state`, the counters (the fraction of an update earned, and with prioritised replay the largest
+        priority seen) and the replay buffer if the checkpoint has one."""
         self.finish()  # no learner thread may update the parameters being replaced; the next iteration starts one
         self.obs_norm.load_from(state, self.algorithm)  # refuses a checkpoint of the other setting, before any change
         self.reward_norm.load_from(state)
         self.load_own_state(state)
         self.env_steps = int(state["counters"]["env_steps"])
         self.updates = int(state["counters"]["updates"])
+        self.loop.stats.credit = float(state["counters"].get("update_credit", 0.0))  # older checkpoints: none
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
+            if isinstance(self.replay, PrioritizedReplayBuffer) and "max_priority" in state["counters"]:
+                # new rows get the largest priority seen so far, not only the largest the rows kept now hold
+                saved = torch.tensor(float(state["counters"]["max_priority"]), device=self.device)
+                self.replay.max_priority = torch.maximum(self.replay.max_priority, saved)

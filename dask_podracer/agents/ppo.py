@@ -69,7 +69,8 @@ class PPOConfig:
     desired_kl: float = 0.008
     """the approximate KL per minibatch step that lr_schedule = "adaptive" steers towards (rl_games' kl_threshold)"""
     lr_bounds: tuple[float, float] = (1e-6, 1e-2)
-    """[lowest, highest] rate the adaptive schedule may reach (rl_games' defaults)"""
+    """[lowest, highest] rate the adaptive schedule may reach (rl_games' defaults); learning_rate, where it starts,
+    must lie within them"""
     hidden: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the actor and of the critic"""
     log_std_init: float = 0.0
@@ -114,6 +115,11 @@ class PPOConfig:
             ("desired_kl", self.desired_kl > 0, "> 0"),
             ("lr_bounds", len(self.lr_bounds) == 2 and 0 < self.lr_bounds[0] <= self.lr_bounds[1],
              "[lowest, highest] with 0 < lowest <= highest"),
+            # the schedule only keeps a rate in its bounds: from below lowest, a step that should lower it raised it
+            # to lowest; from above highest it stayed there while the KL said the policy moved too far
+            ("learning_rate", self.lr_schedule != "adaptive" or len(self.lr_bounds) != 2
+             or self.lr_bounds[0] <= self.learning_rate <= self.lr_bounds[1],
+             f"within lr_bounds {list(self.lr_bounds)} with lr_schedule = \"adaptive\""),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),
             ("log_std_init", PolicyHead.LOG_STD_MIN <= self.log_std_init <= PolicyHead.LOG_STD_MAX,
              f"in [{PolicyHead.LOG_STD_MIN}, {PolicyHead.LOG_STD_MAX}]"),  # as the team algorithms' (mappo.py)

@@ -49,7 +49,10 @@ def compute_gae(
 
 
 def explained_variance(predictions: Tensor, targets: Tensor) -> Tensor:
-    """1 - Var[targets - predictions] / Var[targets] (any equal shapes): 1 is perfect, <= 0 is useless."""
+    """1 - Var[targets - predictions] / Var[targets] (any equal shapes): 1 is perfect, <= 0 is useless. Fewer than 2
+    targets have no variance to explain: 0 (the sample variance of one value is NaN, and a segment fails on it)."""
+    if targets.numel() < 2:
+        return targets.new_zeros(())
     var_targets = targets.var()
     return 1.0 - (targets - predictions).var() / var_targets.clamp_min(1e-8)
 
