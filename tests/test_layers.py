@@ -143,3 +143,12 @@ def test_the_circle_check_finds_a_circle(tmp_path):
             test_no_module_imports_one_that_imports_it_back()
     finally:
         PACKAGE = saved
+
+
+def test_relative_imports_stay_inside_their_package():
+    # the checks above read module names as written: `from ..population import x` (or, in a top-level module,
+    # `from .population import x`) would cross a layer unseen; `from .format import x` within store/ cannot
+    crossing = [(path.relative_to(PACKAGE).as_posix(), node.lineno) for path in modules()
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.level and (node.level > 1 or path.parent == PACKAGE)]
+    assert crossing == []
