@@ -46,6 +46,7 @@ def test_only_store_imports_zarr():
     ("store", set()),
     ("train", {"envs", "agents", "store"}),
     ("dashboard", set()),
+    ("tracking", {"config", "store"}),  # writes a store's history to TensorBoard or MLflow; never the population
 ])
 def test_packages_import_only_the_layers_below_them(package, allowed):
     known = {module_name(p) for p in modules()}
