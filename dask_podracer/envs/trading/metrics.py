@@ -55,11 +55,27 @@ def rebalanced(close: np.ndarray, initial_cash: float, cost: float) -> tuple[np.
     weights = np.zeros(n)  # the value in each asset after the previous day's move, before trading
     for t in range(len(close) - 1):
         # trade to equal weights: cost * |traded| comes out of the value, so solve for the value kept
-        value = values[t]
-        for _ in range(8):  # the cost depends on the target, which depends on the cost: each pass shrinks the error x cost
-            target = np.full(n, value / n)
-            value = values[t] - cost * np.abs(target - weights).sum()
+        target = np.full(n, _kept(values[t], weights, cost) / n)
         traded[t] = np.abs(target - weights).sum()
         weights = target * close[t + 1] / close[t]
         values[t + 1] = weights.sum()
     return values, traded
+
+
+def _kept(value: float, weights: np.ndarray, cost: float) -> float:
+    """The value V left after trading the positions `weights` `[N]` (worth `value` in all) to equal weights V / N,
+    paying `cost` of the value traded: V + cost * sum_i |V / N - weights[i]| = value, solved exactly. The left side
+    is piecewise linear in V with kinks at V = N * weights[i] and slope at least 1 - cost > 0. (Eight passes of the
+    fixed point V <- value - cost * sum|...|, as before, were off by 0.05 % of the value at cost 0.4: each pass
+    shrinks the error only by a factor of up to `cost`.)"""
+    n = len(weights)
+    w = np.sort(weights)
+    below = np.cumsum(w)  # sum of the weights up to each one: sum_i |w_j - w_i| by sums, not an [N, N] array
+    above = below[-1] - below
+    j = np.arange(n)
+    kinks = n * w
+    at_kinks = kinks + cost * (w * (j + 1) - below + above - w * (n - j - 1))  # the left side at each kink
+    k = int(np.searchsorted(at_kinks, value))  # V lies above k kinks, below the others
+    start, at_start = (kinks[k - 1], at_kinks[k - 1]) if k else (0.0, cost * np.abs(weights).sum())
+    slope = 1.0 + cost * (2 * k - n) / n  # k terms grow with V, n - k shrink
+    return float(start + (value - at_start) / slope)
