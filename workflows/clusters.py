@@ -29,6 +29,7 @@ runs a tournament in this project's CI: no Slurm, Kubernetes cluster or GPU has 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.config import ClusterConfig, ConfigError, load_config
 from dask_podracer.store import StoreError
 from dask_podracer.population import ClusterError, check_without_cluster, run_tournament
-from dask_podracer.population.cluster import CPU, GPU
+from dask_podracer.population.cluster import CPU, GPU, worker_layout
 from dask_podracer.population.preflight import first_line
 
 if TYPE_CHECKING:
@@ -55,12 +56,11 @@ a daemonic worker process may start no processes of its own, and gymnasium's asy
 
 
 def gpu_worker_layout(cluster: ClusterConfig) -> tuple[int, int]:
-    """Worker processes per GPU and threads per process for `cluster.segments_per_gpu` and `gpu_sharing`: N
-    processes of one thread, or one process of N threads (each segment then asks for GPU=1/N, and preflight
-    refuses a worker with fewer threads than that makes shares of its GPU)."""
-    if cluster.threads_share_a_gpu:
-        return 1, cluster.segments_per_gpu
-    return cluster.segments_per_gpu, 1
+    """Worker processes per GPU and threads per process for `cluster.segments_per_gpu` and `gpu_sharing`, as the
+    embedded cluster lays out one GPU (`worker_layout`): N processes, or one process of N threads (each segment then
+    asks for GPU=1/N, and preflight refuses a worker with fewer threads than that makes shares of its GPU)."""
+    layout = worker_layout(dataclasses.replace(cluster, workers=0), gpus=1, cores=1)  # `--workers` counts jobs
+    return layout.workers, layout.threads
 
 
 def resources_arg(resources: dict[str, float]) -> str:

@@ -219,6 +219,9 @@ DATA_PINS = {"StockTrading-v0": ("market_sha256", pin_market)}
 """Envs that read a data file, with the env_kwarg that pins its content and what adds it to env_kwargs: a run
 pins its data as it starts (`with_data_pins`), and the env refuses a file whose content differs."""
 
+DATA_PIN_KEYS = frozenset(key for key, _ in DATA_PINS.values())
+"""The env_kwargs that pin a data file's content (`market_sha256`)."""
+
 
 def with_data_pins(name: str, kwargs: dict) -> dict:
     """`kwargs` of env `name` with the content of the data files they name pinned (StockTrading-v0's market file:
@@ -230,7 +233,7 @@ def with_data_pins(name: str, kwargs: dict) -> dict:
 def same_env(kwargs: dict, other: dict) -> bool:
     """Whether two env_kwargs build the same env, whatever each says of how it is stepped. A data pin that only one
     side has is not compared: a store from before pins (or a checkpoint's attrs) holds none."""
-    pins = {key for key, _ in DATA_PINS.values()} - (kwargs.keys() & other.keys())
+    pins = DATA_PIN_KEYS - (kwargs.keys() & other.keys())
 
     def what(k: dict) -> dict:
         return {key: value for key, value in k.items() if key not in HOW_STEPPED and key not in pins}

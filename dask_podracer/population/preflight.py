@@ -20,7 +20,7 @@ from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.config import Config, ConfigError, GroupConfig
 from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
-from dask_podracer.envs.registry import DATA_PINS, module_imported_by, same_env, with_data_pins
+from dask_podracer.envs.registry import DATA_PIN_KEYS, module_imported_by, same_env, with_data_pins
 from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.run_lease import check_no_run_going
 from dask_podracer.store import PodracerStore, StoreError
@@ -49,7 +49,7 @@ def pin_data(config: Config) -> Config:
     env_kwargs = with_data_pins(run.env, run.env_kwargs)
     scoring = with_data_pins(run.env, {**run.env_kwargs, **run.eval_env_kwargs})
     eval_pins = {key: value for key, value in scoring.items()
-                 if key in {k for k, _ in DATA_PINS.values()} and env_kwargs.get(key) != value}
+                 if key in DATA_PIN_KEYS and env_kwargs.get(key) != value}
     if env_kwargs is run.env_kwargs and not eval_pins:
         return config
     run = dataclasses.replace(run, env_kwargs=env_kwargs, eval_env_kwargs={**run.eval_env_kwargs, **eval_pins})
@@ -198,7 +198,7 @@ def check_store_fits(config: Config) -> None:
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r}, and run.env is "
                           f"{config.run.env!r}: {again}")
     recorded_kwargs = state.get("env_kwargs", next((e.get("env_kwargs", {}) for e in board), {}))
-    for key, _ in DATA_PINS.values():
+    for key in sorted(DATA_PIN_KEYS):
         then, now = recorded_kwargs.get(key), config.run.env_kwargs.get(key)
         if recorded is not None and then is not None and now is not None and then != now:
             raise ConfigError(f"store '{url}' holds a tournament on {recorded!r} trained on data whose content has "
