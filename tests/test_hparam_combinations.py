@@ -116,3 +116,35 @@ def test_prioritized_replay_gives_new_rows_the_largest_priority_seen_across_a_ch
     empty = make_agent("ddpg", *spaces, hparams)  # load_agent(replay=False): no rows, nothing of their priorities
     empty.load_state_dict(without_replay)
     assert float(empty.replay.max_priority) == 1.0
+
+
+def _search_config(algorithm, search, hparams=None):
+    from dask_podracer.config import config_from_dict
+    return config_from_dict({"run": {"env": "CartPole-v1", "algorithm": algorithm}, "hparams": hparams or {},
+                             "search": search})
+
+
+def test_priors_that_can_draw_failing_values_together_are_refused_naming_them():
+    """Each prior passed at its own edges, with the others at their defaults; together they drew eps_end above
+    eps_start for 17 agents in 100, and each of those agents failed every segment it was given."""
+    with pytest.raises(ConfigError, match=r"search: the priors of eps_end, eps_start can draw eps_end = 0\.5, "
+                                          r"eps_start = 0\.05 together, and eps_end must be <= eps_start"):
+        _search_config("dqn", {"eps_start": {"uniform": [0.05, 1.0]}, "eps_end": {"uniform": [0.01, 0.5]}})
+    # three at a time: PPO's minibatches within num_envs * rollout_steps
+    with pytest.raises(ConfigError, match=r"priors of num_envs, num_minibatches, rollout_steps can draw num_envs = 4, "
+                                          r"num_minibatches = 64, rollout_steps = 8 together"):
+        _search_config("ppo", {"num_envs": {"int_uniform": [4, 64]}, "rollout_steps": {"int_uniform": [8, 64]},
+                               "num_minibatches": {"int_uniform": [1, 64]}})
+
+
+def test_priors_narrowed_apart_are_taken_and_every_agent_they_draw_is_legal():
+    import random
+
+    from dask_podracer.agents import algorithm_info
+    from dask_podracer.search import sample_hparams
+
+    config = _search_config("dqn", {"eps_start": {"uniform": [0.5, 1.0]}, "eps_end": {"uniform": [0.01, 0.5]},
+                                    "learning_rate": {"log_uniform": [1e-4, 1e-3]}})
+    group = config.groups[0]
+    for seed in range(200):
+        algorithm_info("dqn").config_cls(**sample_hparams(group.hparams, group.search, random.Random(seed)))
