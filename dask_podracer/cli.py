@@ -464,6 +464,9 @@ def _check_env(args: argparse.Namespace) -> int:
     if report.terminations + report.truncations == 0:
         print(f"  no episode ended within {report.steps:,} steps: auto-reset was not checked "
               f"(raise --max-steps past the time limit)")
+    if report.seed_matters is False:
+        print(f"  seeds {args.seed} and {args.seed + 1} gave the same run: right for an env whose start and dynamics "
+              f"are fixed; an env with randomness of its own ignores reset's seed")
     return 0
 
 

@@ -181,10 +181,19 @@ def test_the_preflight_steps_an_env_of_ones_own_before_any_cluster(misbehaving_e
     assert not (tmp_path / "s.zarr").exists()
 
 
-def test_the_preflight_leaves_seeding_to_check_env(misbehaving_envs, tmp_path):
-    # an env whose start is the same whatever the seed fails check-env's seeding rule, and may still train
+def test_an_env_whose_start_is_fixed_keeps_the_contract_and_check_env_says_the_seed_changed_nothing(
+        misbehaving_envs, tmp_path, capsys):
+    # check-env refused it ("different seeds gave identical initial observations"); it trains, and nothing in the
+    # contract asks a seed to change the run
+    from dask_podracer.cli import main
+
     config = config_from_dict({"run": {"env": "misbehaving_envs:FixedStart", "algorithm": "ppo",
                                        "store": str(tmp_path / "s.zarr")}})
     check_without_cluster(config)
-    with pytest.raises(VecEnvCheckError, match="different seeds gave identical initial observations"):
-        check_vec_env(make_vec_env("misbehaving_envs:FixedStart", 2, seed=0), max_steps=5)
+    assert check_vec_env(make_vec_env("misbehaving_envs:FixedStart", 2, seed=0), max_steps=5).seed_matters is False
+    assert check_vec_env(make_vec_env("Pendulum-v1", 2, seed=0), max_steps=5).seed_matters is True
+    assert main(["check-env", "misbehaving_envs:FixedStart", "--num-envs", "2", "--max-steps", "5"]) == 0
+    assert "seeds 0 and 1 gave the same run: right for an env whose start and dynamics are fixed" in \
+        capsys.readouterr().out
+    assert main(["check-env", "Pendulum-v1", "--num-envs", "2", "--max-steps", "5"]) == 0
+    assert "gave the same run" not in capsys.readouterr().out

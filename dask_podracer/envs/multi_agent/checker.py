@@ -98,7 +98,7 @@ def check_multi_agent_env(env: MultiAgentVecEnv, seed: int = 0, max_steps: int |
     _require(isinstance(info, dict), env, "reset info is not a dict")
     _require(in_space(obs), env, "reset obs outside single_observation_space")
 
-    check_seeding(env, lambda: _actor(env, seed, policy), seed, limit)
+    seed_matters = check_seeding(env, lambda: _actor(env, seed, policy), seed, limit)
 
     act = _actor(env, seed, policy)
     obs, _ = env.reset(seed=seed)
@@ -155,4 +155,4 @@ def check_multi_agent_env(env: MultiAgentVecEnv, seed: int = 0, max_steps: int |
             break
     _require(max_steps is not None or bool(finished.all()), env,
              f"some envs never finished an episode in {limit} steps")
-    return CheckReport(steps=steps, terminations=terminations, truncations=truncations)
+    return CheckReport(steps=steps, terminations=terminations, truncations=truncations, seed_matters=seed_matters)
