@@ -188,9 +188,8 @@ def test_an_export_of_a_pool_larger_than_the_open_writers_writes_one_event_file_
     pytest.importorskip("tensorboard")
     from dask_podracer.cli import main
     from dask_podracer.store import PodracerStore
-    from dask_podracer.tracking.tensorboard_log import OPEN_WRITERS
 
-    agents = OPEN_WRITERS + 6
+    agents = 64 + 6  # torch's writers were kept open for 64 agents
     store = PodracerStore(str(tmp_path / "many.zarr"), create=True)
     store.extend_history([{**RECORD, "key": f"s{i:06d}-a", "agent": i % agents, "lineage_env_steps": 300 * (i + 1),
                            "wall_seconds": 10.0 + i} for i in range(3 * agents)])  # the agents take turns
@@ -216,3 +215,31 @@ def test_the_trackers_get_a_long_history_agent_by_agent():
     for agent in range(150):  # each agent's records in their order
         mine = [r["key"] for r in records if r["agent"] == agent]
         assert [key for key in writer.written if key in set(mine)] == mine
+
+
+def test_live_logging_of_a_pool_larger_than_64_agents_keeps_one_event_file_an_agent_that_tensorboard_reads(tmp_path):
+    """A live run writes each second's records: with agents taking turns, past 64 agents each segment of an agent
+    whose writer had been closed opened a new file (and every open writer held a thread)."""
+    pytest.importorskip("tensorboard")
+    import threading
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from dask_podracer.tracking.tensorboard_log import TensorBoardLog
+
+    agents, turns = 70, 3
+    threads = threading.active_count()
+    log = TensorBoardLog(tmp_path / "tb", origin=1_000_000.0)
+    records = [{**RECORD, "key": f"s{i:06d}-a", "agent": i % agents, "score": float(i),
+                "lineage_env_steps": 300 * (i + 1), "wall_seconds": 10.0 + i} for i in range(turns * agents)]
+    for i in range(0, len(records), 7):  # a few records a write, as a live run's seconds bring them
+        log.write(records[i:i + 7])
+    assert threading.active_count() == threads
+    log.close()
+    assert len(list((tmp_path / "tb").rglob("events.out.tfevents.*"))) == agents  # was 70 + 2 x 70 - 64 here
+    for agent in (0, agents - 1):
+        run = EventAccumulator(str(tmp_path / "tb" / f"agent-{agent:03d}"), size_guidance={"scalars": 0})
+        run.Reload()
+        mine = [r for r in records if r["agent"] == agent]
+        assert [(e.step, e.value, e.wall_time) for e in run.Scalars("score")] == [
+            (r["lineage_env_steps"], r["score"], 1_000_000.0 + r["wall_seconds"]) for r in mine]

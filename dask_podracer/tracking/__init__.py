@@ -64,7 +64,7 @@ class Trackers:
             self._thread.start()
         # agent by agent, each one's records in their order (the trackers keep no other order): a long history's
         # agents took turns, so a chunk held one record of each, MLflow got one call per record (6,000 records of
-        # 100 agents: 93 s) and TensorBoard, past its 64 open writers, a new event file per record
+        # 100 agents: 93 s)
         records = sorted((dict(r) for r in records), key=lambda record: str(record.get("agent")))
         for i in range(0, len(records), CHUNK):  # in chunks, so that `close` can tell slow from stuck
             self._queue.put(records[i:i + CHUNK])

@@ -1,15 +1,23 @@
 """TensorBoard event files of a tournament: one run (subdirectory) per agent.
 
-Written on the client, from history records, with torch's `SummaryWriter` (it needs the `tensorboard`
-package: the `tensorboard` extra). Each finished segment adds, at x = the lineage's env steps and
-wall time = the run's clock (`Trackers.origin` + the record's `wall_seconds`), the scalars of
-`scalars.segment_scalars` and a text note (`segment`) with its key, parent and hyper-parameters.
+Written on the client, from history records (it needs the `tensorboard` package: the `tensorboard` extra). Each
+finished segment adds, at x = the lineage's env steps and wall time = the run's clock (`Trackers.origin` + the
+record's `wall_seconds`), the scalars of `scalars.segment_scalars` and a text note (`segment`) with its key, parent
+and hyper-parameters.
+
+Each agent's run gets one event file a process, appended to at each write and closed in between, with the record
+framing of tensorboard's own `RecordWriter`. torch's `SummaryWriter` holds a file and a thread for each agent and
+cannot reopen a file: kept for at most 64 agents at once, a larger pool opened a new file at nearly every segment
+(a file per record when the agents took turns).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections import OrderedDict
+import itertools
+import os
+import socket
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,9 +28,8 @@ from dask_podracer.tracking.scalars import agent_run, logged, segment_scalars, s
 STORE_SUFFIX = ".podracer-store"
 """Beside a run's directory (`DIR/<run name>.podracer-store`, outside it: it holds one directory per agent), the
 store whose history the run logs."""
-OPEN_WRITERS = 64
-"""Agents whose event files stay open at once (each open writer holds a file and a thread); the least
-recently written one is closed past this, and a later segment of it starts a new file in the same run."""
+_FILE_NUMBERS = itertools.count()
+"""Tells apart the files of one second of one process, as torch's writer does."""
 
 
 def require_tensorboard() -> None:
@@ -37,9 +44,6 @@ class TensorBoardLog:
 
     def __init__(self, directory: str | Path, origin: float, store_url: str | None = None) -> None:
         require_tensorboard()
-        from torch.utils.tensorboard import SummaryWriter
-
-        self._writer_type = SummaryWriter
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -49,23 +53,40 @@ class TensorBoardLog:
             raise TrackingError(f"cannot write TensorBoard event files under '{self.directory}': "
                                 f"{e.strerror or type(e).__name__}") from None
         self.origin = origin
-        self._writers: OrderedDict[str, Any] = OrderedDict()
+        self._files: dict[str, Path] = {}
+        """Each agent run's event file of this process (made at its first record)."""
 
     def write(self, records: Sequence[Mapping[str, Any]]) -> None:
+        from torch.utils.tensorboard.summary import scalar, text
+
+        events: dict[str, list[Any]] = {}
         for record in records:
             if not logged(record):
                 continue
-            writer = self._writer(agent_run(record))
             x, wall = step(record), self.origin + float(record.get("wall_seconds") or 0.0)
-            for tag, value in segment_scalars(record).items():
-                writer.add_scalar(tag, value, global_step=x, walltime=wall)
-            writer.add_text("segment", segment_text(record), global_step=x, walltime=wall)
-        for writer in self._writers.values():
-            writer.flush()
+            mine = events.setdefault(agent_run(record), [])
+            mine += [_event(scalar(tag, value), x, wall) for tag, value in segment_scalars(record).items()]
+            mine.append(_event(text("segment", segment_text(record)), x, wall))
+        for run, run_events in events.items():
+            self._append(run, run_events)
 
     def close(self) -> None:
-        while self._writers:
-            self._writers.popitem(last=False)[1].close()
+        """Nothing stays open between writes."""
+
+    def _append(self, run: str, events: Sequence[Any]) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        path = self._files.get(run)
+        if path is None:
+            (self.directory / run).mkdir(exist_ok=True)
+            name = f"{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_NUMBERS)}"
+            path = self._files[run] = self.directory / run / f"events.out.tfevents.{name}"
+            events = [Event(wall_time=time.time(), file_version="brain.Event:2"), *events]  # a file's first event
+        with open(path, "ab") as file:
+            records = RecordWriter(file)
+            for event in events:
+                records.write(event.SerializeToString())
 
     def _claim(self, store_url: str) -> None:
         """Record that this directory logs `store_url`'s run; refuse one that logs another store's (two runs of one
@@ -79,11 +100,8 @@ class TensorBoardLog:
             raise TrackingError(f"'{self.directory}' holds the TensorBoard logs of another store's run "
                                 f"('{recorded}'): give another directory or run.name")
 
-    def _writer(self, run: str) -> Any:
-        writer = self._writers.pop(run, None)
-        if writer is None:
-            if len(self._writers) >= OPEN_WRITERS:
-                self._writers.popitem(last=False)[1].close()
-            writer = self._writer_type(log_dir=str(self.directory / run), flush_secs=10)
-        self._writers[run] = writer  # most recently used last
-        return writer
+
+def _event(summary: Any, x: int, wall: float) -> Any:
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    return Event(wall_time=wall, step=x, summary=summary)
