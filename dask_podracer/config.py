@@ -302,7 +302,7 @@ class ActorsConfig:
     connect_timeout: float = 120.0
     """Seconds a learner may go with no actor connected (waiting for slots, or after losing all), or with actors
     connected and no rollout from any (stalled), before its segment fails; also the longest an actor waits on a
-    silent learner before it ends and frees its slot."""
+    silent learner, or on a send its learner does not read, before it ends and frees its slot."""
     max_in_flight: int = 2
     """Rollouts an actor may have sent that the learner has not taken in yet: the actor waits for the learner
     before it collects another, so what the learner trains on was acted with recent weights. 0: no bound of

@@ -175,3 +175,28 @@ def test_an_actor_whose_learner_stalls_frees_its_slot_after_connect_timeout():
             actor.join(timeout=20)
             assert not actor.is_alive(), "the actor still waits on a learner silent for 20 s"
     assert report["rollouts_sent"] == 2
+
+
+def test_an_unbounded_actor_whose_learner_stalls_frees_its_slot_after_connect_timeout():
+    # with max_in_flight = 0 the actor never waits for the learner's count: once a stalled learner's socket buffers
+    # were full it blocked in send_bytes for ever, holding its slot
+    from multiprocessing.connection import Listener
+
+    hparams = {**HPARAMS, "rollout_steps": 100}
+    spec = SegmentSpec(key="stalled-learner", store_url="unused", env="CartPole-v1", algorithm="impala",
+                       hparams=hparams, actors=ActorsSpec(workers=1, max_in_flight=0, connect_timeout=2.0))
+    env = make_vec_env("CartPole-v1", hparams["num_envs"], device="cpu", seed=0)
+    agent = make_agent("impala", env.single_observation_space, env.single_action_space, hparams)
+    authkey = new_authkey()
+    with Listener(("127.0.0.1", 0), authkey=authkey) as listener:
+        report: dict = {}
+        actor = threading.Thread(target=lambda: report.update(run_actor(spec, 0, listener.address, authkey)),
+                                 daemon=True)
+        actor.start()
+        with listener.accept() as conn:  # the learner sends its first weights, then never reads nor writes again
+            conn.send_bytes(dumps(("weights", 0, agent.policy_state())))
+            started = time.monotonic()
+            actor.join(timeout=30)
+            assert not actor.is_alive(), "the actor still sends to a learner silent for 30 s"
+            assert time.monotonic() - started >= 2.0  # it gave the learner connect_timeout to take a rollout in
+    assert report["rollouts_sent"] >= 2  # it sent until the buffers were full (8 here)

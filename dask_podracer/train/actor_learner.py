@@ -37,8 +37,8 @@ from torch import Tensor
 from dask_podracer.agents import algorithm_info, make_agent
 from dask_podracer.agents.actor_learner import WEIGHTS_EVERY_PAST_LAG, LearnsFromActors
 from dask_podracer.envs import VecEnv, make_vec_env
-from dask_podracer.train.actor_link import (LearnerEndpoint, bound_socket_buffer, connect_to_learner, dumps,
-                                            new_authkey)
+from dask_podracer.train.actor_link import (LearnerEndpoint, bound_send_wait, bound_socket_buffer, connect_to_learner,
+                                            dumps, new_authkey)
 from dask_podracer.train.host_memory import restore_malloc_thresholds
 from dask_podracer.train.spec import SegmentError, SegmentSpec
 from dask_podracer.train.trajectory_book import TrajectoryBook
@@ -278,6 +278,7 @@ def run_actor(spec: SegmentSpec, index: int, address: tuple[str, int], authkey: 
             payload = dumps(("rollout", version, agent.trajectory_arrays(rollout), episodes))
             if not bounded:  # the kernel's send buffer, sized by the first rollout (actor_link.bound_socket_buffer)
                 bound_socket_buffer(conn, socket.SO_SNDBUF, len(payload))
+                bound_send_wait(conn, spec.actors.connect_timeout)
                 bounded = True
             conn.send_bytes(payload)
             report["rollouts_sent"] += 1

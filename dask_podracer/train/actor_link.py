@@ -28,6 +28,7 @@ import pickle
 import queue
 import secrets
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -76,6 +77,20 @@ def bound_socket_buffer(conn: Connection, option: int, payload_bytes: int = 0) -
         with socket.socket(fileno=os.dup(conn.fileno())) as sock:
             sock.setsockopt(socket.SOL_SOCKET, option, max(SOCKET_BUFFER_BYTES, payload_bytes))
     except OSError:  # closed meanwhile: nothing to bound
+        pass
+
+
+def bound_send_wait(conn: Connection, seconds: float) -> None:
+    """Make a send on `conn` that cannot go on for `seconds` raise (SO_SNDTIMEO) instead of blocking for ever: an
+    actor with no bound on its rollouts in flight otherwise waited in `send_bytes` to a stalled learner (its worker
+    stopped, its socket open) once the buffers were full, holding its slot. The learner's inbox pushes back through
+    the same buffers, so `seconds` is the longest a learner may take to take one rollout in."""
+    whole = int(seconds)
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                            struct.pack("ll", whole, int((seconds - whole) * 1_000_000)))
+    except OSError:  # closed meanwhile
         pass
 
 

@@ -26,7 +26,8 @@ class ActorsSpec:
     """The learner sends its policy to the actors after every this many gradient steps."""
     connect_timeout: float = 120.0
     """Seconds the learner waits with no actor connected (at the start, or after all were lost), or with actors
-    connected and no rollout from any (stalled), before it fails; the longest an actor waits on a silent learner."""
+    connected and no rollout from any (stalled), before it fails; the longest an actor waits on a silent learner,
+    or on a send its learner does not read."""
     max_in_flight: int = 2
     """Rollouts an actor may have sent that the learner has not yet taken in; it waits for the learner before it
     collects another. 0: no bound of its own (the socket buffers and the learner's inbox push back)."""
