@@ -143,3 +143,14 @@ def test_slurm_jobs_and_worker_pods_get_the_embedded_clusters_worker_environment
     assert "export DASK_DISTRIBUTED__WORKER__DAEMON=False" in script.splitlines()
     (worker,) = clusters.kubernetes_cluster_spec(2, "podracer:test")["spec"]["worker"]["spec"]["containers"]
     assert {"name": "DASK_DISTRIBUTED__WORKER__DAEMON", "value": "False"} in worker["env"]
+
+
+def test_the_local_kind_runs_the_segments_per_worker_the_config_asks_for():
+    # it started one-thread workers advertising CPU=1 whatever cluster.threads_per_worker said
+    from dask_podracer.config import ClusterConfig
+    from dask_podracer.population.cluster import CPU
+
+    clusters = workflow("clusters")
+    with clusters.local_cluster(1, ClusterConfig(threads_per_worker=2)) as cluster:
+        (worker,) = cluster.scheduler_info["workers"].values()
+        assert worker["nthreads"] == 2 and worker["resources"] == {CPU: 2}

@@ -11,7 +11,7 @@ KIND is one of:
 A GPU of cuda, slurm and kubernetes runs the config's `cluster.segments_per_gpu` segments at once: that many
 worker processes (`gpu_sharing = "processes"`; not cuda, which starts one worker per GPU) or threads of its worker.
 
-Each worker advertises the resource a segment asks for (`GPU=1`, or `CPU=1` for `local`
+Each worker advertises the resource a segment asks for (`GPU=1`, or `CPU=` its threads for `local`
 without GPUs), and the store must be reachable by every worker: a shared filesystem path
 for slurm, an object-store URL (s3://..., gs://...) for kubernetes. Every scheduler
 preloads the live Podracer page of the Dask dashboard (`dask_podracer.population.dashboard_preload`);
@@ -38,7 +38,7 @@ from dask_podracer.cli import OneLineArgumentParser
 from dask_podracer.config import ClusterConfig, ConfigError, load_config
 from dask_podracer.store import StoreError
 from dask_podracer.population import ClusterError, check_without_cluster, run_tournament
-from dask_podracer.population.cluster import CPU, GPU, worker_layout
+from dask_podracer.population.cluster import GPU, worker_layout
 from dask_podracer.population.preflight import first_line
 
 if TYPE_CHECKING:
@@ -68,12 +68,14 @@ def resources_arg(resources: dict[str, float]) -> str:
     return ",".join(f"{name}={amount:g}" for name, amount in resources.items())
 
 
-def local_cluster(workers: int) -> LocalCluster:
-    """N worker processes on 127.0.0.1, each running one segment at a time without a GPU."""
+def local_cluster(workers: int, cluster: ClusterConfig | None = None) -> LocalCluster:
+    """N worker processes on 127.0.0.1 without a GPU, each running `cluster.threads_per_worker` segments at a time,
+    as the embedded cluster's do (`worker_layout`; it started one-thread workers whatever the config said)."""
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        dashboard_address="127.0.0.1:0", resources={CPU: 1},
+    layout = worker_layout(dataclasses.replace(cluster or ClusterConfig(), workers=workers), gpus=0, cores=1)
+    return LocalCluster(n_workers=layout.workers, threads_per_worker=layout.threads, processes=True, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0", resources=layout.resources,
                         scheduler_kwargs={"preload": [PRELOAD]})
 
 
@@ -142,7 +144,7 @@ def make_cluster(kind: str, workers: int, cluster: ClusterConfig | None = None) 
     """A started cluster of `kind`, its GPU workers laid out as `cluster` shares a GPU; Slurm jobs are submitted
     and Kubernetes pods created here."""
     if kind == "local":
-        return local_cluster(workers)
+        return local_cluster(workers, cluster)
     if kind == "cuda":
         from dask_cuda import LocalCUDACluster  # pip install dask-cuda
 
