@@ -24,17 +24,15 @@ from bokeh.models import ColumnDataSource, DataTable, Div, HoverTool, NumberForm
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from dask_podracer.dashboard.plots import curves
+from dask_podracer.dashboard.plots import LEGEND_AGENTS, curves  # above it, hover a point for its agent
 from dask_podracer.dashboard.policy_lag import lag_columns, lag_figure
-from dask_podracer.dashboard.population import agent_order, hparam_series, lineage_graph, log_scale, tuned
+from dask_podracer.dashboard.population import agent_name, agent_order, hparam_series, lineage_graph, log_scale, tuned
 from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
 from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
 
 PARTS = ("leaderboard", "pool", "curves", "lag", "lineage", "hparams")
 REFRESH_MS = 2000
 """How often an open page asks for a new snapshot (the store is read at most once a second anyway)."""
-LEGEND_AGENTS = 12
-"""Above this many agents the curves drop their legend (hover a point for its agent)."""
 
 
 def build_document(doc: Document, first: Snapshot, read: Callable[[], Awaitable[Snapshot]],
@@ -97,33 +95,43 @@ class PodracerView:
             items += [_heading("Tuned hyper-parameters: over wall-clock per agent, and score against each", single),
                       self.hparams]
         self.root = column(*items, sizing_mode="stretch_both" if single else "stretch_width", name="podracer")
+        self.history: list[dict[str, Any]] | None = None
+        """The history last drawn (None before the first update)."""
 
     def update(self, snapshot: Snapshot) -> None:
         self.header.text = _header(snapshot)
         _set(self.board, leaderboard_columns(snapshot.board))
         _set(self.pool, pool_columns(snapshot.running, snapshot.taken))
+        # redrawn only when the history changed: its views take a long run's history (20,000 segments) half a
+        # second to compute, on the scheduler's event loop, for every open page every 2 s
+        if snapshot.history != self.history:
+            self.history = list(snapshot.history)  # a copy: a caller appending to its list changes the history
+            self._update_history_views(snapshot.history)
+
+    def _update_history_views(self, history: Sequence[Mapping[str, Any]]) -> None:
+        """The curves, the policy lag, the lineage and the tuned hyper-parameters."""
         if self.figures:
-            points, lines, best = curve_columns(snapshot.history)
+            points, lines, best = curve_columns(history)
             for source, data in ((self.points, points), (self.lines, lines), (self.best, best)):
                 _set(source, data)
             for fig in self.figures:
                 fig.legend.visible = len(lines["agent"]) <= LEGEND_AGENTS
         if "lag" in self.parts:
-            lag = lag_columns(snapshot.history)
+            lag = lag_columns(history)
             _set(self.lag, lag)
             self.lag_section.visible = bool(lag["key"])  # runs without actors report no lag: nothing to show
             self.no_lag.visible = len(self.parts) == 1 and not lag["key"]
         if "lineage" in self.parts:
-            nodes, edges = lineage_graph(snapshot.history)
+            nodes, edges = lineage_graph(history)
             _set(self.nodes, nodes)
             _set(self.edges, edges)
         if "hparams" in self.parts:
-            self._update_hparams(snapshot.history)
+            self._update_hparams(history)
 
     def _update_hparams(self, history: Sequence[Mapping[str, Any]]) -> None:
         """One row per tuned hyper-parameter; the rows are rebuilt only when the tuned names (or an axis's
         scale) change, otherwise only their data are sent."""
-        colors = agent_colors({f"agent {r.get('agent', '?')}" for r in history if r.get("status") == "finished"})
+        colors = agent_colors({agent_name(r) for r in history if r.get("status") == "finished"})
         series = {name: hparam_series(history, name) for name in tuned(history)}
         layout = tuple((name, log_scale(points["value"])) for name, (_, points) in series.items())
         if layout != self.hparam_layout:

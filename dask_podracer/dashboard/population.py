@@ -7,7 +7,7 @@ page and by `podracer plot --view lineage|hparams`. Only finished segments count
   the segment it started from. A node is a `fresh` start (no parent: new weights, hyper-parameters from
   the prior), an `exploit` (its agent adopted another line's checkpoint, usually with perturbed
   hyper-parameters) or a `continue` (the agent trained on from its own last checkpoint).
-- **Tuned hyper-parameters**: the numeric ones whose values differ between finished segments; each one's
+- **Tuned hyper-parameters**: the numeric ones whose values differ between finished segments of a group; each one's
   value over wall-clock per agent (PBT's signature plot, a staircase: a segment's value holds until it ends)
   and the score of every segment against it.
 """
@@ -15,7 +15,7 @@ page and by `podracer plot --view lineage|hparams`. Only finished segments count
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 KINDS = ("fresh", "exploit", "continue")
@@ -26,12 +26,22 @@ def finished(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def agent_name(record: Mapping[str, Any]) -> str:
-    return f"agent {record.get('agent', '?')}"
+    """`agent 3`; `agent ?` for a segment no agent is known of (a checkpoint recovered after a crash: `agent` None)."""
+    agent = record.get("agent")
+    return f"agent {'?' if agent is None else agent}"
 
 
 def agent_order(name: str) -> tuple[int, str]:
     number = name.removeprefix("agent ")
     return (int(number), "") if number.isdigit() else (1 << 62, name)
+
+
+def agent_lanes(names: Collection[str]) -> dict[str, int]:
+    """Each agent's row in the lineage: its number (what the hover and the other views call it); names without
+    one (`agent ?`) go on rows of their own above the highest number, never on a numbered agent's row."""
+    numbered = {name: agent_order(name)[0] for name in names if not agent_order(name)[1]}
+    first_free = max(numbered.values(), default=-1) + 1
+    return {**numbered, **{name: first_free + i for i, name in enumerate(sorted(set(names) - set(numbered)))}}
 
 
 def kind(record: Mapping[str, Any]) -> str:
@@ -45,9 +55,7 @@ def lineage_graph(history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[
     """(nodes, edges). Nodes: key, agent, lane (the agent's row: its number), wall, steps, score,
     generation, parent, kind. Edges, parent to child: xs, ys (two points each), kind (the child's)."""
     records = finished(history)
-    names = sorted({agent_name(r) for r in records}, key=agent_order)
-    # an agent's row is its number (what the hover and the other views call it), or its place for other names
-    lanes = {name: agent_order(name)[0] if agent_order(name)[1] == "" else i for i, name in enumerate(names)}
+    lanes = agent_lanes({agent_name(r) for r in records})
     nodes: dict[str, list[Any]] = {c: [] for c in ("key", "agent", "lane", "wall", "steps", "score", "generation",
                                                    "parent", "kind")}
     where: dict[str, tuple[float, int]] = {}
@@ -70,13 +78,15 @@ def lineage_graph(history: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[
 
 
 def tuned(history: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The numeric hyper-parameters whose values differ between finished segments, sorted."""
-    values: dict[str, set[float]] = {}
+    """The numeric hyper-parameters whose values differ between finished segments of one group, sorted. Within a
+    group, not across groups: the groups of a `[[groups]]` run start from different algorithms' defaults (sac's
+    gamma and num_envs are not ppo's), which no search moved."""
+    values: dict[tuple[str | None, str], set[float]] = {}
     for r in finished(history):
         for name, value in (r.get("hparams") or {}).items():
             if _number(value):
-                values.setdefault(name, set()).add(float(value))
-    return sorted(name for name, seen in values.items() if len(seen) > 1)
+                values.setdefault((r.get("group"), name), set()).add(float(value))
+    return sorted({name for (_, name), seen in values.items() if len(seen) > 1})
 
 
 def hparam_series(history: Sequence[Mapping[str, Any]], name: str) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:

@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dask_podracer.dashboard.plots import LEGEND_AGENTS, legend_label
 from dask_podracer.dashboard.population import (
     KINDS,
+    agent_name,
     agent_order,
     finished,
     hparam_series,
@@ -25,6 +27,8 @@ KIND_COLORS = {"fresh": "#2ca02c", "exploit": "#d62728", "continue": "#7f7f7f"}
 KIND_MARKERS = {"fresh": "triangle", "exploit": "diamond", "continue": "circle"}
 KIND_LABELS = {"fresh": "fresh start", "exploit": "exploit (adopted a checkpoint)", "continue": "trained on"}
 TOOLS = "pan,wheel_zoom,box_zoom,reset"
+LANE_TICKS = 30
+"""The matplotlib lineage labels each agent's row up to this many agents (what 4.5 inches hold)."""
 
 
 def agent_colors(agents: Sequence[str]) -> dict[str, str]:
@@ -119,7 +123,7 @@ def _bokeh(history: Sequence[Mapping[str, Any]], out: Path, views: Sequence[str]
         items += [Div(text="<h3>Lineage: who started from whom</h3>"),
                   lineage_figure(ColumnDataSource(nodes), ColumnDataSource(edges), width=1200)]
     if "hparams" in views:
-        colors = agent_colors({f"agent {r.get('agent', '?')}" for r in finished(history)})
+        colors = agent_colors({agent_name(r) for r in finished(history)})
         items.append(Div(text="<h3>Tuned hyper-parameters</h3>" + ("" if names else
                                                                    "<p>(no hyper-parameter differs between segments)</p>")))
         for name in names:
@@ -149,7 +153,7 @@ def _matplotlib(history: Sequence[Mapping[str, Any]], out: Path, views: Sequence
         grid[at][0].remove()
         at += 1
     if "hparams" in views:
-        colors = agent_colors({f"agent {r.get('agent', '?')}" for r in finished(history)})
+        colors = agent_colors({agent_name(r) for r in finished(history)})
         if not names:
             grid[at][0].set_title("no hyper-parameter differs between segments")
         for name in names:
@@ -169,7 +173,10 @@ def draw_lineage(ax: Any, history: Sequence[Mapping[str, Any]], title: str) -> N
         if at:
             ax.scatter([nodes["wall"][i] for i in at], [nodes["lane"][i] for i in at], color=KIND_COLORS[k],
                        marker=mpl_marks[KIND_MARKERS[k]], s=55, label=KIND_LABELS[k], zorder=2)
-    ax.set_yticks(sorted(set(nodes["lane"])), [f"{a}" for _, a in sorted(set(zip(nodes["lane"], nodes["agent"])))])
+    if len(set(nodes["lane"])) <= LANE_TICKS:  # a row's label each; more would overlap: the lanes are agent numbers
+        ax.set_yticks(sorted(set(nodes["lane"])), [f"{a}" for _, a in sorted(set(zip(nodes["lane"], nodes["agent"])))])
+    else:
+        ax.set_ylabel("agent")
     ax.set_xlabel("wall-clock seconds")
     ax.set_title(f"{title}: lineage (an edge from the checkpoint each segment started from)", pad=26)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize="small", frameon=False)  # above:
@@ -185,7 +192,7 @@ def draw_hparam(axes: Sequence[Any], history: Sequence[Mapping[str, Any]], name:
         at = [i for i, a in enumerate(points["agent"]) if a == agent]
         axes[0].scatter([points["wall"][i] for i in at], [points["value"][i] for i in at], color=colors[agent], s=20)
         axes[1].scatter([points["value"][i] for i in at], [points["score"][i] for i in at], color=colors[agent], s=30,
-                        alpha=0.8, label=agent)
+                        alpha=0.8, label=legend_label(agent, len(lines["agent"])))
     axes[0].set_xlabel("wall-clock seconds")
     axes[0].set_ylabel(name)
     axes[0].set_title(f"{name} over wall-clock, per agent")
@@ -195,4 +202,5 @@ def draw_hparam(axes: Sequence[Any], history: Sequence[Mapping[str, Any]], name:
     if log:
         axes[0].set_yscale("log")
         axes[1].set_xscale("log")
-    axes[1].legend(loc="lower right", fontsize="small")
+    if len(lines["agent"]) <= LEGEND_AGENTS:  # hundreds of entries would cover the plot
+        axes[1].legend(loc="lower right", fontsize="small")
