@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,6 +107,8 @@ def check_outputs(json_out: str | None, plot_out: str | None) -> None:
             raise BacktestError(f"{option} {out!r} is not a file name")
         if not path.parent.is_dir():
             raise BacktestError(f"{option} {out!r}: its directory {str(path.parent)!r} does not exist")
+        if not os.access(path.parent, os.W_OK | os.X_OK):  # another's folder, a read-only mount
+            raise BacktestError(f"{option} {out!r}: its directory {str(path.parent)!r} is not writable")
     if plot_out and Path(plot_out).suffix.lower() not in PLOT_FORMATS:
         raise BacktestError(f"--plot {plot_out!r}: name an image file ({', '.join(PLOT_FORMATS)})")
 
@@ -126,10 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"backtest: error: {e}", file=sys.stderr)
         return 2
     print(table(result))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
-    if args.plot:
-        plot(result, args.plot)
+    try:
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+        if args.plot:
+            plot(result, args.plot)
+    except OSError as e:  # a write os.access allowed and the file system refused (/proc, a full disk)
+        print(f"backtest: error: cannot write {e.filename or 'an output'}: {e.strerror or e}", file=sys.stderr)
+        return 2
     return 0
 
 

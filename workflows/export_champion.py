@@ -6,6 +6,8 @@ Writes OUT_DIR/policy.pt (TorchScript: observations [B, obs_dim] float32 -> dete
 actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage, and the
 evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
 
+The card is standard JSON: a number that is not finite (IMPALA's `rho_bar = inf`) is the string "inf".
+
 The card holds two evaluations.
 - `evaluation`: our vectorised env, with the tournament's evaluation seed and the env that scored the
   checkpoint (with `run.eval_env_kwargs`, e.g. a trading agent's validation period; checkpoints written before
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -62,9 +65,11 @@ class _Policy(torch.nn.Module):
     def __init__(self, agent) -> None:
         super().__init__()
         self.agent = agent
-        for name in ("actor", "q_network", "policy", "critic"):  # register what the agent's act() uses
-            if isinstance(getattr(agent, name, None), torch.nn.Module):
-                self.add_module(name, getattr(agent, name))
+        # every network of the agent, whatever it calls it (a DQN's is `q_net`), so that requires_grad_(False)
+        # reaches the parameters act() uses: tracing refuses a parameter that requires grad as a constant
+        for name, value in vars(agent).items():
+            if isinstance(value, torch.nn.Module):
+                self.add_module(name, value)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.agent.act(obs, deterministic=True)
@@ -117,8 +122,29 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
     }
     if agents is not None:
         card["agents"] = agents
-    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    (out / "card.json").write_text(json.dumps(_standard_json(card), indent=2, allow_nan=False) + "\n")
     return card
+
+
+def _standard_json(value):
+    """`value` with every float that is not finite written as a string ("inf", "-inf", "nan"; Python's float()
+    reads them back): json.dumps wrote IMPALA's `rho_bar = inf` as Infinity, which is not JSON, so the card did
+    not parse outside Python (JavaScript's JSON.parse refused it, jq read 1.8e308)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _standard_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_standard_json(v) for v in value]
+    return value
+
+
+def _on_the_way_to(filename, out: Path) -> bool:
+    """Whether `filename` (an OSError's) is `out`, a folder above it (made for it) or a file in it."""
+    if not filename:
+        return False
+    path, out = Path(filename).resolve(), out.resolve()
+    return path == out or path in out.parents or path.is_relative_to(out)
 
 
 def _check_episodes_fit(episodes: int, env) -> None:
@@ -210,12 +236,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export_champion: error: cannot write into {args.out}: {str(blocker)!r} is a file, not a directory",
               file=sys.stderr)
         return 2
+    if blocker is not None and not os.access(blocker, os.W_OK | os.X_OK):  # another's folder, a read-only mount
+        print(f"export_champion: error: cannot write into {args.out}: {str(blocker)!r} is not writable",
+              file=sys.stderr)
+        return 2
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
     try:
         card = export(PodracerStore(args.store), out, args.key, episodes=args.episodes, env=args.env)
     except (StoreError, StoredEnvRefused, ValueError) as e:  # ValueError: a malformed --key
         print(f"export_champion: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # writing what os.access allowed and the file system refused (/proc, a full disk)
+        if not _on_the_way_to(e.filename, out):  # not a file or folder of ours: its traceback says more
+            raise
+        print(f"export_champion: error: cannot write into {args.out}: {e.strerror or e} ({e.filename})",
+              file=sys.stderr)
         return 2
     print(f"exported {card['key']} ({card['algorithm']} on {card['env']}, score {card['score']:.1f}) to {args.out}")
     try:  # an exported champion is kept whatever the store's retention policy says

@@ -7,7 +7,8 @@ CHAMPION_DIR/card.json (`gymnasium_evaluation`), one episode per recorded seed, 
 compares the mean return with the card's. `workflows/export_champion.py` computed that
 figure with this same function, so on the same torch thread count the two agree exactly.
 Exit status 0 when they do, 1 when they do not, 2 when the card has no gymnasium evaluation
-(an env with no gymnasium twin, such as PointChase-v0).
+(an env with no gymnasium twin, such as PointChase-v0) or the card or policy.pt cannot be played (damaged,
+or a policy.pt that does not take the card's observations).
 
 An Env class of your own (the card's `entry_point`, "my_envs:Arm"), or a gymnasium id with the module
 that registers it ("my_pkg.envs:Arm-v0"), is imported from the working directory, or wherever Python
@@ -75,6 +76,46 @@ def refusal(card: dict, named: str | None) -> str | None:
     return None
 
 
+GYMNASIUM_FIELDS = {"env_id": str, "seeds": list, "returns": list, "score": (int, float)}
+"""What replaying reads of a card's `gymnasium_evaluation`, and the JSON type each must have."""
+
+
+def card_damage(card) -> str | None:
+    """What makes `card` (card.json's JSON) unlike any card export_champion.py writes, said after the file's
+    name; None for a card that can be replayed or refused for what it says. A card edited or cut short by
+    hand was an AttributeError or KeyError traceback."""
+    if not isinstance(card, dict):
+        return f"holds a JSON {type(card).__name__}, not a champion's card (an object)"
+    recorded = card.get("gymnasium_evaluation")
+    if recorded is None:
+        return None  # an env with no gymnasium twin: main() says so
+    if not isinstance(recorded, dict):
+        return "has a gymnasium_evaluation that is not an object"
+    for field, kind in GYMNASIUM_FIELDS.items():
+        if not isinstance(recorded.get(field), kind):
+            return f"has no valid gymnasium_evaluation.{field}: not a card export_champion.py wrote, or damaged"
+    return None
+
+
+def load_policy(path: Path, card: dict) -> torch.jit.ScriptModule | str:
+    """policy.pt, loaded and tried on one observation of the card's shape; or why it cannot be played. A damaged
+    copy, or the policy.pt of another champion beside this card, was torch's RuntimeError traceback."""
+    try:
+        policy = torch.jit.load(str(path))
+    except (RuntimeError, ValueError) as e:  # torch's reader: a truncated or overwritten file
+        said = str(e).strip().partition(". ")[0] or type(e).__name__  # torch's first sentence of several
+        return f"cannot load {path} as a TorchScript policy (damaged, or not written by export_champion.py): {said}"
+    shape = card.get("observation_shape")
+    if isinstance(shape, list) and all(isinstance(n, int) and n > 0 for n in shape):
+        try:
+            with torch.no_grad():
+                policy(torch.zeros((1, math.prod(shape)), dtype=torch.float32))
+        except RuntimeError:  # torch's shape error, naming tensors a and b: say which files disagree
+            return (f"{path} does not take the observations of shape {shape} that its card.json describes: "
+                    f"the policy of another champion?")
+    return policy
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse's errors in one line, as podracer's are. Not imported from dask_podracer.cli: this script
     runs where dask_podracer is not installed."""
@@ -101,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     if not (folder / "policy.pt").is_file():
         print(f"replay_champion: error: {folder} has a card.json but no policy.pt", file=sys.stderr)
         return 2
+    damaged = card_damage(card)
+    if damaged:
+        print(f"replay_champion: error: {folder / 'card.json'} {damaged}", file=sys.stderr)
+        return 2
     recorded = card.get("gymnasium_evaluation")
     if not recorded:
         print(f"replay_champion: error: {card.get('env')} has no gymnasium twin; the card records no gymnasium "
@@ -110,10 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"replay_champion: error: {refused}", file=sys.stderr)
         return 2
+    policy = load_policy(folder / "policy.pt", card)
+    if isinstance(policy, str):
+        print(f"replay_champion: error: {policy}", file=sys.stderr)
+        return 2
     if recorded.get("entry_point"):
         sys.path.insert(0, "")  # the module of an Env class of your own, beside where this runs (as python -m)
-    returns = play(torch.jit.load(str(folder / "policy.pt")), recorded["env_id"], recorded["seeds"],
-                   recorded.get("env_kwargs"), recorded.get("entry_point"))
+    returns = play(policy, recorded["env_id"], recorded["seeds"], recorded.get("env_kwargs"),
+                   recorded.get("entry_point"))
     score = math.fsum(returns) / len(returns)  # as export_champion.py computes the card's, on any Python
     same = returns == recorded["returns"]
     outcome = {"env_id": recorded["env_id"], "score": score, "card_score": recorded["score"], "reproduced": same,

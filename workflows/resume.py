@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
 import sys
 
 from dask_podracer.cli import OneLineArgumentParser
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             command += [f"--{flag}", getattr(args, flag)]
     if args.set:
         command += ["--set", *args.set]
-    print(f"{datetime.datetime.now().isoformat(timespec='seconds')} resume: podracer {' '.join(command)}", flush=True)
+    # quoted as a shell would need it, so the logged line can be pasted to rerun the slice (a config path with a
+    # space was logged unquoted: pasted, `podracer train` read the path's first word as the config)
+    print(f"{datetime.datetime.now().isoformat(timespec='seconds')} resume: podracer {shlex.join(command)}", flush=True)
     return podracer(command)
 
 
