@@ -179,3 +179,31 @@ def test_the_card_of_a_champion_with_an_infinite_setting_is_standard_json(tmp_pa
     assert run.returncode == 0, run.stderr[-2000:]
     card = json.loads((tmp_path / "champion" / "card.json").read_text(), parse_constant=_refuse_constant)
     assert card["hparams"]["rho_bar"] == "inf" and float(card["hparams"]["rho_bar"]) == float("inf")
+
+
+def test_the_export_pins_its_checkpoint_before_loading_it_and_unpins_it_when_it_fails(tmp_path, monkeypatch):
+    """While a run went on, retention deleted a checkpoint off the leaderboard between the export's choosing it and
+    loading it ("no complete checkpoint", seen twice); the export pinned only at the end."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_champion", WORKFLOWS / "export_champion.py")
+    export_champion = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export_champion)
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    trained(store, "p", "Pendulum-v1", "sac", {"hidden": [16], "num_envs": 2, "learning_starts": 50,
+                                               "batch_size": 32})
+    pinned_at_load = []
+
+    def load_agent_noting_the_pins(store_, key, *args, **kwargs):  # calls through: the export is the real one
+        pinned_at_load.append(key in store_.pinned())
+        return load_agent(store_, key, *args, **kwargs)
+
+    monkeypatch.setattr(export_champion, "load_agent", load_agent_noting_the_pins)
+    assert export_champion.main([store.url, str(tmp_path / "a"), "--key", "p", "--episodes", "2"]) == 0
+    assert pinned_at_load == [True] and store.pinned() == {"p"}
+
+    store.unpin("p")
+    pinned_at_load.clear()
+    # the evaluation's envs alone beyond any machine's memory: refused after the checkpoint has loaded
+    assert export_champion.main([store.url, str(tmp_path / "b"), "--key", "p", "--episodes", str(10**15)]) == 2
+    assert pinned_at_load == [True] and store.pinned() == set()  # the export's own pin, released

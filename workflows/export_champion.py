@@ -21,6 +21,8 @@ The card holds two evaluations.
 `python workflows/replay_champion.py OUT_DIR` reproduces the latter exactly with torch and
 gymnasium alone (and, for an Env class of your own, its module). The exported checkpoint is pinned in
 the store: retention (`[store]`, `podracer gc`) never deletes it (`podracer pin STORE KEY --unpin` releases it).
+It is pinned before it is loaded, so a run going on cannot delete it meanwhile; an export that fails releases
+the pin it added.
 
 A team (ippo, mappo, maddpg on a multi-agent env) is exported as policy.pt, the whole team (joint observations
 [B, n_agents, obs_dim] -> joint actions [B, n_agents, act_dim], agent i in row i), and agent_<i>.pt, each agent
@@ -212,6 +214,26 @@ def _gymnasium_evaluation(policy: torch.nn.Module, env, env_name: str, episodes:
             "returns": returns, "score": math.fsum(returns) / len(returns)}
 
 
+def _hold(store: PodracerStore, key: str | None, out: Path) -> bool:
+    """Pin `key` for the export's duration, unless it is pinned already or is no checkpoint (the export names
+    that); whether it pinned. A running run's retention deleted a checkpoint off the leaderboard between the
+    export's choosing it and loading it ("no complete checkpoint", seen twice while a run went on)."""
+    try:
+        if key is None or not store.has_checkpoint(key) or key in store.pinned():
+            return False
+        store.pin(key, f"being exported to {out.resolve()}")
+        return True
+    except (StoreError, OSError):  # a store one may only read: export unpinned, as before
+        return False
+
+
+def _release(store: PodracerStore, key: str) -> None:
+    try:
+        store.unpin(key)
+    except (StoreError, OSError):
+        pass
+
+
 def _in_history(store: PodracerStore, key: str) -> bool:
     return any(r.get("key") == key and r.get("status") == "finished" for r in store.read_history())
 
@@ -242,8 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import_from_working_directory()  # an env of your own ('my_envs:Reach'), beside where this runs
     torch.set_num_threads(1)  # segments evaluate on one thread: the same count gives the same numbers
+    key, held, exported = args.key, False, False
     try:
-        card = export(PodracerStore(args.store), out, args.key, episodes=args.episodes, env=args.env)
+        store = PodracerStore(args.store)
+        key = key or next((entry["key"] for entry in store.read_leaderboard()), None)
+        held = _hold(store, key, out)
+        card = export(store, out, key, episodes=args.episodes, env=args.env)
+        exported = True
     except (StoreError, StoredEnvRefused, ValueError) as e:  # ValueError: a malformed --key
         print(f"export_champion: error: {e}", file=sys.stderr)
         return 2
@@ -253,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export_champion: error: cannot write into {args.out}: {e.strerror or e} ({e.filename})",
               file=sys.stderr)
         return 2
+    finally:
+        if held and not exported:  # the pin was only the export's, for its duration
+            _release(store, key)
     print(f"exported {card['key']} ({card['algorithm']} on {card['env']}, score {card['score']:.1f}) to {args.out}")
     try:  # an exported champion is kept whatever the store's retention policy says
         PodracerStore(args.store).pin(card["key"], f"exported to {Path(args.out).resolve()}")
