@@ -529,6 +529,7 @@ class _Loop:
         retention = self.config.store
         self.store.write_run_state({
             "env": self.config.run.env, "env_kwargs": self.config.run.env_kwargs, "machine": self.machine.to_state(),
+            "eval_env_kwargs": self.config.run.eval_env_kwargs,  # what the board was scored with (preflight.py)
             "invocations": self.invocations,
             "wall_seconds": self.wall_offset + self._elapsed(),
             "finished": self.stop_reason in FINISHED, "stop_reason": self.stop_reason or None,

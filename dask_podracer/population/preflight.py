@@ -207,6 +207,7 @@ def check_store_fits(config: Config) -> None:
     if recorded is not None and not same_env(recorded_kwargs, config.run.env_kwargs):
         raise ConfigError(f"store '{url}' holds a tournament on {recorded!r} with env_kwargs {recorded_kwargs}, "
                           f"and run.env_kwargs is {config.run.env_kwargs}: {again}")
+    _check_scored_alike(store, url, config, state, board, again)
     algorithms = {g.name: g.algorithm for g in config.groups}
     stored = {e["group"]: e.get("algorithm") for e in board if e.get("group")}
     for agent in (state.get("machine") or {}).get("agents", []):
@@ -220,6 +221,32 @@ def check_store_fits(config: Config) -> None:
                               f"{group!r} {algorithms[group]}: {again}")
     for entry in board:
         _check_entry_loads(config, entry, url, again)
+
+
+def _check_scored_alike(store: PodracerStore, url: str, config: Config, state: dict[str, Any],
+                        board: list[dict[str, Any]], again: str) -> None:
+    """The board's scores were measured on the evaluation env of `run.eval_env_kwargs` (a trading env's validation
+    dates): new results scored on another one would be ranked against them, and adopted or not by them, as if alike.
+    The run state records what the entries were scored with; a store written before it did, the top entry's
+    checkpoint."""
+    scored = _recorded_eval_kwargs(store, state, board)
+    if scored is not None and not same_env(scored, config.run.eval_env_kwargs):
+        raise ConfigError(f"store '{url}' holds a leaderboard scored with run.eval_env_kwargs {scored}, and "
+                          f"run.eval_env_kwargs is {config.run.eval_env_kwargs}: their scores could not be ranked "
+                          f"together; {again}")
+
+
+def _recorded_eval_kwargs(store: PodracerStore, state: dict[str, Any],
+                          board: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the store's entries were scored with: None where nothing says (no entry; a checkpoint gone)."""
+    if "eval_env_kwargs" in state:
+        return state["eval_env_kwargs"]
+    for entry in board:
+        try:
+            return store.checkpoint_attrs(entry["key"]).get("eval_env_kwargs", {})
+        except StoreError:  # deleted or half written: the next entry's checkpoint says the same
+            continue
+    return None
 
 
 NETWORK_SHAPING = ("hidden", "normalize_observations", "dueling", "share_parameters", "centralised_critic")

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dask_podracer.agents import algorithm_info
 from dask_podracer.config import Config, GroupConfig
 from dask_podracer.population.pool import AgentState
 from dask_podracer.population.strategies import STRATEGIES, Plan
@@ -182,6 +183,16 @@ def _learners_spec(config: Config) -> LearnersSpec | None:
     return LearnersSpec(workers=learners.workers, connect_timeout=learners.connect_timeout)
 
 
+def config_values(config: Config, group: str) -> dict[str, Any]:
+    """The tunable hyper-parameters of `group` that only its config sets: neither drawn from a `[search]` prior
+    nor perturbed (those are each agent's own). A child may change a tunable one and still load its parent's
+    checkpoint, so every segment takes these from the config."""
+    settings = config.group(group)
+    own = set(settings.search) | set(config.tournament.perturb)
+    tunable = algorithm_info(settings.algorithm).tunable
+    return {name: value for name, value in settings.hparams.items() if name in tunable and name not in own}
+
+
 def _default_key(index: int) -> str:
     return f"s{index:06d}-{uuid.uuid4().hex[:8]}"
 
@@ -223,6 +234,8 @@ class Tournament:
         self.running = 0  # segments training now (kept, not counted, since it is asked twice per event)
         self.stopped: str | None = None
         self.completed_now = completed_before  # segments finished or failed in this invocation (for max_segments)
+        self.values_of_config: dict[str, dict[str, Any]] = {}
+        """Per group, its `config_values` (computed on its first segment)."""
 
     # -- the one method that mutates --------------------------------------------------------
     def handle(self, event: Event) -> list[Instruction]:
@@ -371,10 +384,8 @@ class Tournament:
                 if agent.running:
                     out.append(Cancel(eid, agent.id, agent.running, "capacity"))
                     self._ended(agent)
-        if target > len(active):  # grow: bring back the best retired agents, then new ones
-            grow = target - len(active)
-            back = sorted((a for a in self.agents.values() if not a.active), key=self._rank_key, reverse=True)[:grow]
-            for agent in back + self._new_agents(grow - len(back)):
+        if target > len(active):  # grow: bring back the best retired agents, then new ones, in the groups' weights
+            for agent in self._grown(target - len(active), active):
                 agent.active = True
         # every active agent without a segment gets one (also one left idle when a cancelled peer freed the limit)
         return out + self._train(eid, [a for a in self.active_agents() if not a.running], rng)
@@ -387,7 +398,8 @@ class Tournament:
         for agent_id in sorted(plans):
             if self.limit_reached():
                 break
-            agent, plan = self.agents[agent_id], plans[agent_id]
+            agent = self.agents[agent_id]
+            plan = self._with_config_values(agent.group, plans[agent_id])
             index = self.counters["segments_started"]
             self.counters["segments_started"] += 1
             key = self.key_factory(index)
@@ -399,6 +411,15 @@ class Tournament:
             self.running += 1
             out.append(self._train_instruction(eid, agent, key, plan, seed=self.config.run.seed * 1_000_003 + index))
         return out
+
+    def _with_config_values(self, group: str, plan: Plan) -> Plan:
+        """`plan` with the tunable hyper-parameters the config sets for every agent of `group` (see
+        `config_values`): a resumed agent, and an entry it adopts, carry the values of the config that trained
+        them, and a value edited between invocations must reach their next segments, not only new agents'."""
+        values = self.values_of_config.setdefault(group, config_values(self.config, group))
+        if all(plan.hparams.get(name) == value for name, value in values.items()):
+            return plan
+        return dataclasses.replace(plan, hparams={**plan.hparams, **values})
 
     def _train_instruction(self, eid: int, agent: AgentState, key: str, plan: Plan, seed: int) -> Train:
         config, group = self.config, self.config.group(agent.group)
@@ -468,15 +489,32 @@ class Tournament:
         """Lower is worse: unscored agents rank below scored ones, then by score, then newer below older."""
         return (agent.score is not None, agent.score if agent.score is not None else 0.0, -agent.id)
 
-    def _new_agents(self, count: int) -> list[AgentState]:
-        """`count` new agents, each of the group then furthest below its weight (the groups are counted once, so a
-        pool of 100,000 grows in seconds: counting per agent took hours)."""
-        counts = Counter(a.group for a in self.agents.values())
-        first = max(self.agents, default=-1) + 1
-        for agent_id in range(first, first + count):
+    def _grown(self, count: int, active: list[AgentState]) -> list[AgentState]:
+        """`count` agents to make active: each slot goes to the group then furthest below its weight among the
+        active agents, and to that group's best retired agent, or to a new one where it has none. Counting the active
+        ones, not every agent ever made, is what gives a group added on resume (or weights edited then) its share: a
+        resumed run's agents all come back retired, and would otherwise fill the pool with the old groups. (The groups
+        are counted once, so a pool of 100,000 grows in seconds: counting per agent took hours.)"""
+        counts = Counter(a.group for a in active)
+        retired: dict[str, list[AgentState]] = {g.name: [] for g in self.config.groups}
+        for agent in sorted((a for a in self.agents.values() if not a.active), key=self._rank_key):
+            retired.get(agent.group, []).append(agent)  # worst first: pop() gives the best
+        back: list[AgentState] = []
+        fresh: list[GroupConfig] = []
+        for _ in range(count):
             group = min(self.config.groups, key=lambda g: (counts[g.name] + 1) / g.weight)  # keep the weights
+            counts[group.name] += 1
+            if retired[group.name]:
+                back.append(retired[group.name].pop())
+            else:
+                fresh.append(group)
+        return back + self._new_agents(fresh)
+
+    def _new_agents(self, groups: list[GroupConfig]) -> list[AgentState]:
+        """A new agent of each of `groups`, drawn from its prior."""
+        first = max(self.agents, default=-1) + 1
+        for agent_id, group in enumerate(groups, start=first):
             seeded = random.Random(f"{self.config.run.seed}/agent/{agent_id}")
             self.agents[agent_id] = AgentState(id=agent_id, group=group.name,
                                                hparams=sample_hparams(group.hparams, group.search, seeded))
-            counts[group.name] += 1
-        return [self.agents[agent_id] for agent_id in range(first, first + count)]
+        return [self.agents[agent_id] for agent_id in range(first, first + len(groups))]
