@@ -155,36 +155,14 @@ def test_an_ape_x_chunk_larger_than_the_replay_buffer_is_refused(tmp_path):
         agent.learner_feed()  # from Python (run_segment), before any actor starts
 
 
-def test_an_actor_whose_learner_stalls_frees_its_slot_after_connect_timeout():
-    # a learner whose worker stopped (SIGSTOP) keeps its socket open: before, an actor waiting for it to take its
-    # rollouts in (max_in_flight) waited for ever, holding the slot a rerun of the segment would need
+def actor_of_a_silent_learner(hparams: dict, max_in_flight: int, wait: float) -> tuple[dict, float, bool]:
+    """One real actor whose learner sends its first weights, then never reads nor writes again (its worker stopped:
+    SIGSTOP keeps the socket open), with `connect_timeout` 2 s: the actor's report, the seconds it lasted after those
+    weights (up to `wait`), and whether it still runs then."""
     from multiprocessing.connection import Listener
 
     spec = SegmentSpec(key="stalled-learner", store_url="unused", env="CartPole-v1", algorithm="impala",
-                       hparams=HPARAMS, actors=ActorsSpec(workers=1, max_in_flight=2, connect_timeout=2.0))
-    env = make_vec_env("CartPole-v1", HPARAMS["num_envs"], device="cpu", seed=0)
-    agent = make_agent("impala", env.single_observation_space, env.single_action_space, HPARAMS)
-    authkey = new_authkey()
-    with Listener(("127.0.0.1", 0), authkey=authkey) as listener:
-        report: dict = {}
-        actor = threading.Thread(target=lambda: report.update(run_actor(spec, 0, listener.address, authkey)),
-                                 daemon=True)
-        actor.start()
-        with listener.accept() as conn:  # the learner sends its first weights, then never reads nor writes again
-            conn.send_bytes(dumps(("weights", 0, agent.policy_state())))
-            actor.join(timeout=20)
-            assert not actor.is_alive(), "the actor still waits on a learner silent for 20 s"
-    assert report["rollouts_sent"] == 2
-
-
-def test_an_unbounded_actor_whose_learner_stalls_frees_its_slot_after_connect_timeout():
-    # with max_in_flight = 0 the actor never waits for the learner's count: once a stalled learner's socket buffers
-    # were full it blocked in send_bytes for ever, holding its slot
-    from multiprocessing.connection import Listener
-
-    hparams = {**HPARAMS, "rollout_steps": 100}
-    spec = SegmentSpec(key="stalled-learner", store_url="unused", env="CartPole-v1", algorithm="impala",
-                       hparams=hparams, actors=ActorsSpec(workers=1, max_in_flight=0, connect_timeout=2.0))
+                       hparams=hparams, actors=ActorsSpec(workers=1, max_in_flight=max_in_flight, connect_timeout=2.0))
     env = make_vec_env("CartPole-v1", hparams["num_envs"], device="cpu", seed=0)
     agent = make_agent("impala", env.single_observation_space, env.single_action_space, hparams)
     authkey = new_authkey()
@@ -193,10 +171,25 @@ def test_an_unbounded_actor_whose_learner_stalls_frees_its_slot_after_connect_ti
         actor = threading.Thread(target=lambda: report.update(run_actor(spec, 0, listener.address, authkey)),
                                  daemon=True)
         actor.start()
-        with listener.accept() as conn:  # the learner sends its first weights, then never reads nor writes again
+        with listener.accept() as conn:
             conn.send_bytes(dumps(("weights", 0, agent.policy_state())))
             started = time.monotonic()
-            actor.join(timeout=30)
-            assert not actor.is_alive(), "the actor still sends to a learner silent for 30 s"
-            assert time.monotonic() - started >= 2.0  # it gave the learner connect_timeout to take a rollout in
+            actor.join(timeout=wait)
+            return report, time.monotonic() - started, actor.is_alive()
+
+
+def test_an_actor_whose_learner_stalls_frees_its_slot_after_connect_timeout():
+    # before, an actor waiting for its learner to take its rollouts in (max_in_flight) waited for ever, holding the
+    # slot a rerun of the segment would need
+    report, _, running = actor_of_a_silent_learner(HPARAMS, max_in_flight=2, wait=20)
+    assert not running, "the actor still waits on a learner silent for 20 s"
+    assert report["rollouts_sent"] == 2
+
+
+def test_an_unbounded_actor_whose_learner_stalls_frees_its_slot_after_connect_timeout():
+    # with max_in_flight = 0 the actor never waits for the learner's count: once a stalled learner's socket buffers
+    # were full it blocked in send_bytes for ever, holding its slot
+    report, lasted, running = actor_of_a_silent_learner({**HPARAMS, "rollout_steps": 100}, max_in_flight=0, wait=30)
+    assert not running, "the actor still sends to a learner silent for 30 s"
+    assert lasted >= 2.0  # it gave the learner connect_timeout to take a rollout in
     assert report["rollouts_sent"] >= 2  # it sent until the buffers were full (8 here)
