@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, check_buffer_fits, register_algorithm, regress,
                                        set_learning_rate)
-from dask_podracer.agents.mappo import agent_ends, per_agent, with_agent_id
+from dask_podracer.agents.mappo import agent_ends, own_action_mask, per_agent, with_agent_id
 from dask_podracer.agents.networks import ActionScale, mlp, soft_update
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
@@ -129,11 +129,13 @@ class CentralQ(nn.Module):
 
 
 def maddpg_targets(critic_target: CentralQ, actor_target: TeamActor, reward: Tensor, next_obs: Tensor,
-                   terminated: Tensor, gamma: float) -> Tensor:
+                   terminated: Tensor, gamma: float, own: Tensor | None = None) -> Tensor:
     """Each agent's TD target `[N, n_agents]` from rewards `[N, n_agents]`, next obs `[N, n, obs_dim]` and
-    terminated flags, the team's `[N]` or each agent's `[N, n_agents]` (see the module docstring)."""
+    terminated flags, the team's `[N]` or each agent's `[N, n_agents]` (see the module docstring); `own`
+    `[n_agents, act_dim]` zeroes the target actors' padded action entries, as the replay's are."""
     with torch.no_grad():
-        next_q = critic_target(next_obs, actor_target(next_obs))
+        next_action = actor_target(next_obs)
+        next_q = critic_target(next_obs, next_action if own is None else next_action * own)
         if terminated.dim() == 1:
             terminated = terminated.unsqueeze(-1)
         return reward + gamma * (1.0 - terminated) * next_q
@@ -195,6 +197,9 @@ class MADDPGAgent:
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.scale = ActionScale(action_space.low, action_space.high).to(self.device)  # [n_agents, act_dim]
+        # 0 on the action entries past an agent's width: the env ignores them, so the replay and the critic
+        # hold zeros there (exploration noise there only taught the critic noise, and the actor its gradient)
+        self.own = own_action_mask(action_space).to(self.device)
         self.actor_optimizer = adam(self.actor.parameters(), config.actor_lr)
         self.critic_optimizer = adam(self.critic.parameters(), config.critic_lr)
         self.generator = torch.Generator(self.device).manual_seed(seed + 1)
@@ -217,9 +222,9 @@ class MADDPGAgent:
         """A unit action `[B, n, act_dim]`: uniform before learning starts, the actor's plus noise after."""
         shape = (obs.shape[0], self.n_agents, self.act_dim)
         if self.replay.size < self.config.learning_starts:
-            return torch.rand(shape, generator=self.generator, device=self.device) * 2 - 1
+            return (torch.rand(shape, generator=self.generator, device=self.device) * 2 - 1) * self.own
         noise = torch.randn(shape, generator=self.generator, device=self.device) * self.config.exploration_noise
-        return (self.actor(obs) + noise).clamp(-1.0, 1.0)
+        return (self.actor(obs) + noise).clamp(-1.0, 1.0) * self.own
 
     def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
         cfg = self.config
@@ -257,12 +262,12 @@ class MADDPGAgent:
         obs, next_obs = (batch[k].unflatten(1, (n, self.obs_dim)) for k in ("obs", "next_obs"))
         actions = batch["action"].unflatten(1, (n, self.act_dim))
         target = maddpg_targets(self.critic_target, self.actor_target, batch["reward"] * cfg.reward_scale,
-                                next_obs, batch["terminated"], cfg.gamma)
+                                next_obs, batch["terminated"], cfg.gamma, self.own)
         alive = batch["alive"]  # [N, n]: agent i's terms count only while it was in its episode
         q = self.critic(obs, actions)
         critic_loss = 0.5 * masked_mean((q - target).pow(2), alive)
         regress(self.critic_optimizer, critic_loss)
-        actor_loss = -masked_mean(self.critic(obs, self.actor(obs)), alive)
+        actor_loss = -masked_mean(self.critic(obs, self.actor(obs) * self.own), alive)
         regress(self.actor_optimizer, actor_loss)  # the critic's grads it leaves are zeroed by its next update
         soft_update(self.actor_target, self.actor, cfg.tau)
         soft_update(self.critic_target, self.critic, cfg.tau)

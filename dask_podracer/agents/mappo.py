@@ -23,6 +23,7 @@ GAE is cut there, nothing bootstrapped), and its later steps of that episode are
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -132,6 +133,15 @@ def with_agent_id(obs: Tensor) -> Tensor:
     return torch.cat([obs, ids], dim=-1)
 
 
+def own_action_mask(action_space: gym.spaces.Box) -> Tensor:
+    """`[n_agents, act_dim]` float: 1 on each agent's own action entries, 0 on the padding past its width (the
+    joint Box's `agent_widths`, envs/multi_agent/base.py; all ones for a Box without them). The env ignores the
+    padded entries, so they are left out of log-probabilities, entropies and critics."""
+    n, width = action_space.shape
+    widths = getattr(action_space, "agent_widths", None) or (width,) * n
+    return (torch.arange(width).unsqueeze(0) < torch.tensor(widths).unsqueeze(1)).to(torch.float32)
+
+
 def per_agent(nets: nn.ModuleList, x: Tensor) -> Tensor:
     """Network i applied to agent i's row: x `[..., n_agents, d]` -> `[..., n_agents, out]`."""
     return torch.stack([net(x[..., i, :]) for i, net in enumerate(nets)], dim=-2)
@@ -224,6 +234,8 @@ class TeamPolicy(nn.Module):
             self.heads = nn.ModuleList(PolicyHead(obs_dim, unit, hidden, log_std_init, generator, state_dependent_std)
                                        for _ in range(n_agents))
         self.scale = ActionScale(action_space.low, action_space.high)  # [n_agents, act_dim]
+        # not persistent: the env gives it, and checkpoints keep the keys they had
+        self.register_buffer("own", own_action_mask(action_space), persistent=False)
 
     def _inputs(self, obs: Tensor) -> list[tuple[PolicyHead, Tensor]]:
         """(head, its observations `[N', d]`) pairs; their outputs stacked back give `[N, n_agents, ...]`."""
@@ -236,16 +248,34 @@ class TeamPolicy(nn.Module):
             return parts[0].unflatten(0, (n, -1))
         return torch.stack(parts, dim=1)
 
+    def _own(self, n: int) -> list[Tensor]:
+        """The own-entry mask matching each of `_inputs`' rows: `[N * n_agents, act_dim]` shared, else `[act_dim]`."""
+        if self.shared:
+            return [self.own.expand(n, -1, -1).flatten(0, 1)]
+        return list(self.own)
+
     def sample(self, obs: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        outs = [head.sample(x, generator) for head, x in self._inputs(obs)]
-        return self._join([a for a, _ in outs], obs.shape[0]), self._join([lp for _, lp in outs], obs.shape[0])
+        """Raw actions `[N, n_agents, act_dim]` and their log-probs `[N, n_agents]` over each agent's own entries
+        (PolicyHead.sample's draws, with the padded entries' terms left out)."""
+        actions, log_probs = [], []
+        for (head, x), own in zip(self._inputs(obs), self._own(obs.shape[0])):
+            mean, log_std = head.mean_log_std(head.body(x))
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            actions.append(mean + log_std.exp() * noise)
+            log_probs.append(((-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)) * own).sum(-1))
+        return self._join(actions, obs.shape[0]), self._join(log_probs, obs.shape[0])
 
     def log_prob_entropy(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        if self.shared:
-            outs = [self.heads[0].log_prob_entropy(with_agent_id(obs).flatten(0, 1), action.flatten(0, 1))]
-        else:
-            outs = [head.log_prob_entropy(obs[:, i], action[:, i]) for i, head in enumerate(self.heads)]
-        return self._join([lp for lp, _ in outs], obs.shape[0]), self._join([e for _, e in outs], obs.shape[0])
+        """log pi(a_i | o_i) and the entropy `[N, n_agents]`, each over agent i's own action entries: a padded
+        entry, which the env ignores, put noise into the PPO ratio (and, shared, into its width's log-std)."""
+        actions = [action.flatten(0, 1)] if self.shared else list(action.unbind(1))
+        log_probs, entropies = [], []
+        for (head, x), a, own in zip(self._inputs(obs), actions, self._own(obs.shape[0])):
+            mean, log_std = head.mean_log_std(head.body(x))
+            dist = torch.distributions.Normal(mean, log_std.exp(), validate_args=False)
+            log_probs.append((dist.log_prob(a) * own).sum(-1))
+            entropies.append((dist.entropy() * own).sum(-1))
+        return self._join(log_probs, obs.shape[0]), self._join(entropies, obs.shape[0])
 
     def env_action(self, obs: Tensor, action: Tensor | None = None) -> Tensor:
         """What the env is given: `action` (or the mean, if None) clipped to [-1, 1] and scaled per agent."""

@@ -68,14 +68,18 @@ def is_multi_agent(env: object) -> bool:
 
 def joint_box(spaces: tuple[gym.spaces.Box, ...], pad_low: float, pad_high: float) -> gym.spaces.Box:
     """One Box `(n_agents, max_dim)` holding every agent's 1-D Box; an agent's entries past its own width are
-    bounded by [pad_low, pad_high]."""
+    bounded by [pad_low, pad_high]. Its `agent_widths` attribute holds each agent's own width."""
     width = max(s.shape[0] for s in spaces)
     low = np.full((len(spaces), width), pad_low, dtype=np.float32)
     high = np.full((len(spaces), width), pad_high, dtype=np.float32)
     for i, s in enumerate(spaces):
         low[i, : s.shape[0]] = s.low
         high[i, : s.shape[0]] = s.high
-    return gym.spaces.Box(low, high, dtype=np.float32)
+    box = gym.spaces.Box(low, high, dtype=np.float32)
+    # the bounds cannot tell padding from an agent's own entries (both [-1, 1] on VMAS): the team algorithms
+    # read the widths to leave the padded action entries out of their log-probabilities and critics
+    box.agent_widths = tuple(int(s.shape[0]) for s in spaces)  # type: ignore[attr-defined]
+    return box
 
 
 def check_max_episode_steps(value: Any) -> int:

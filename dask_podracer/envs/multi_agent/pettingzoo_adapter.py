@@ -78,6 +78,18 @@ class ParallelVecEnv:
                 o = np.asarray(obs[agent], dtype=np.float32)
                 out[i, : o.shape[0]] = o
 
+    @staticmethod
+    def _left(agent: str, remaining: list[str], live: set[str], terminated: dict[str, bool], ended: bool) -> bool:
+        """Whether `agent` is out of its episode after a step (`info["agent_done"]`). PettingZoo drops every
+        agent at its time limit (max_cycles) too: marked done there, all of them were taken as terminated
+        (agents/mappo.py's `agent_ends`), and no MPE2 episode was ever bootstrapped at truncation. On the step
+        the team's episode ends, an agent that leaves only then is done only if it was terminated."""
+        if agent in remaining:
+            return False
+        if agent not in live:  # it left before this step
+            return True
+        return not ended or bool(terminated.get(agent, False))
+
     def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> Tensor:
         return torch.as_tensor(x, dtype=dtype).to(self.device)
 
@@ -109,10 +121,10 @@ class ParallelVecEnv:
             joint = {a: acts[e, i, : self._act_dims[i]] for i, a in enumerate(self.agents) if a in live}
             o, r, term, _, _ = env.step(joint)
             self._row(o, final_obs[e])
+            ended = not env.agents or self.elapsed[e] >= self.max_episode_steps
             for i, a in enumerate(self.agents):
                 reward[e, i] = r.get(a, 0.0)
-                agent_done[e, i] = a not in env.agents
-            ended = not env.agents or self.elapsed[e] >= self.max_episode_steps
+                agent_done[e, i] = self._left(a, env.agents, live, term, ended)
             if ended:
                 terminated[e] = not env.agents and all(term.get(a, False) for a in live)
                 truncated[e] = not terminated[e]
