@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import select
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dask_podracer import __version__  # the package's __init__ holds only the version: it loads nothing
@@ -17,28 +21,67 @@ if TYPE_CHECKING:  # the CLI imports the library lazily, so `podracer --help` lo
     from dask_podracer.store.records import LeaderboardEntry
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class UserError(Exception):
     """Something the user can fix; printed as one line, no traceback."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`timeout`, systemd, Kubernetes, a batch scheduler's stop), raised where Ctrl-C raises, so a run
+    stops as it does for Ctrl-C: its segments cancelled, its state written as interrupted, its cluster closed."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     import_from_working_directory()
+    _replace_unencodable_output()
     try:
-        return args.func(args)
+        with _sigterm_stops_the_command():
+            return args.func(args)
     except UserError as e:
         print(f"podracer: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("podracer: interrupted; the store keeps everything recorded so far", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        what = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"podracer: {what}; the store keeps everything recorded so far", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:  # `podracer leaderboard STORE | head -1`: the reader has what it wanted
         # Python's advice (the signal module's docs): stdout to devnull, so the flush at exit raises no second one
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if args.command == "train":  # a run cut short says so: its reader may have died rather than had enough
+            print("podracer: stopped: the reader of its output exited (a closed pipe); the store keeps everything "
+                  "recorded so far", file=sys.stderr)
         return 1
+
+
+def _replace_unencodable_output() -> None:
+    """stdout writes what its encoding lacks as escapes (`\\xe9`), as stderr does: a store path or an error
+    with an accent, under `PYTHONIOENCODING=ascii` or a non-UTF-8 locale, must not turn a finished run into a
+    traceback and exit status 1."""
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_command() -> Iterator[None]:
+    """Within it, SIGTERM raises `Terminated`; the handler before it is restored after it (a script or a test
+    that calls `main` keeps its own). Off the main thread Python sets no handler: its process's handling holds."""
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _count(n: int, noun: str) -> str:
@@ -207,15 +250,18 @@ def _train(args: argparse.Namespace) -> int:
         _output_file(args.json, "--json")  # before the run, not after it
     tls = _tls_files(args)
     summary = _run(config, args.scheduler, quiet=args.quiet, tls=tls)
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, "
           f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed), "
           f"{summary.env_steps:,} env steps")
     print(f"store: {summary.store}")
     print(format_leaderboard(summary.leaderboard[:5]))
+    if args.json:  # after the summary above: a file that cannot be written after all loses none of it
+        _write_summary(args.json, summary.to_dict())
     if summary.stop_reason == "failing":
-        print(f"podracer: error: segments keep failing; the last one: {summary.last_error}", file=sys.stderr)
+        from dask_podracer.progress import printable
+
+        print(f"podracer: error: segments keep failing; the last one: {printable(summary.last_error or '')}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -254,9 +300,21 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
     except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:
         raise UserError(f"cannot use {e.filename or 'a file'!r}: {e.strerror or e}") from None  # not the scheduler's
     except OSError as e:  # distributed's CommClosedError among them: the scheduler went while the run started
+        if isinstance(e, BrokenPipeError) and _stdout_closed():
+            raise  # the progress lines' reader exited (`| head`, a quit pager, a killed tee): not the scheduler
         first = str(e).splitlines()[0] if str(e) else ""
         raise UserError(f"lost the Dask scheduler ({type(e).__name__}: {first}); everything recorded is in the "
                         f"store: run again on a cluster to resume") from None
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll says so: an error, or hung up)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor (a captured stdout)
+        return False
 
 
 def _output_file(path: str, option: str) -> Path:
@@ -266,7 +324,28 @@ def _output_file(path: str, option: str) -> Path:
         raise UserError(f"{option} {path}: is a directory; give a file name")
     if not out.parent.is_dir():
         raise UserError(f"{option} {path}: there is no directory {str(out.parent)!r} to write it in")
+    _try_writing(out, option)
     return out
+
+
+def _try_writing(out: Path, option: str) -> None:
+    """Open `out` for writing, and remove it again if it was not there: a read-only directory (or root's
+    /proc) is named now, not after a run of hours. An existing file is opened to append, so it is kept."""
+    existed = out.exists()
+    try:
+        with open(out, "a"):
+            pass
+    except OSError as e:
+        raise UserError(f"{option} {out}: cannot write it: {e.strerror or e}") from None
+    if not existed:
+        out.unlink(missing_ok=True)
+
+
+def _write_summary(path: str, summary: dict[str, Any]) -> None:
+    try:
+        Path(path).write_text(json.dumps(summary, indent=2) + "\n")
+    except OSError as e:  # the disk filled, the directory went: the summary printed above and the store stay
+        raise UserError(f"--json {path}: cannot write the summary: {e.strerror or e}") from None
 
 
 def _say(quiet: bool, line: str) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dask_podracer.progress import printable
+
 if TYPE_CHECKING:
     from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 
@@ -143,7 +145,8 @@ def format_status(s: StoreStatus) -> str:
         e = s.last_error
         when = (f"{_ago(s.checked_at - e['date'])} ago" if e.get("date")
                 else f"at {_duration(e['wall_seconds'] or 0)} of run time")
-        lines.append(("last error", f"{e['error']}  ({e['key']}, agent {e['agent']}, {when})"))
+        # a segment's error is its exception's text: escape codes of a library's coloured message stay text
+        lines.append(("last error", f"{printable(str(e['error']))}  ({e['key']}, agent {e['agent']}, {when})"))
     else:
         lines.append(("last error", "none"))
     return "\n".join(f"{name:<11}{value}" for name, value in lines)

@@ -77,6 +77,9 @@ class Progress:
     error: str | None
     running: int
     """Segments training now."""
+    budget_spent: float | None = None
+    """Seconds of `run.budget` spent: `wall_seconds` plus what an interrupted invocation that this one continues
+    spent (the run stops when it reaches the budget); None from callers that do not say."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -486,7 +489,7 @@ class _Loop:
         best = self.machine.best_score()
         self.curve.append({"wall_seconds": self._elapsed(), "env_steps": self.env_steps, "best_score": best})
         self.on_progress(Progress(self._elapsed(), self.completed, self.failed, self.env_steps, best, result, rank,
-                                  error, len(self.futures)))
+                                  error, len(self.futures), budget_spent=self._budget_spent()))
         return record
 
     def _record_cancel(self, train: Train, reason: str) -> None:
