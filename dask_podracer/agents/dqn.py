@@ -237,6 +237,10 @@ class DQNAgent(apex.ApexAgent):
             batch_example(self.replay, cfg.batch_size, cfg.prioritized))
         self.behaviour = self.q_net
 
+    def target(self, batch: dict[str, Tensor]) -> Tensor:
+        """The Q-network's regression target y `[B]` (`dqn_target`)."""
+        return dqn_target(self, SimpleNamespace(gamma=self.config.gamma), batch, self.config.double)
+
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """One Q-learning step on a batch (`dqn_update`)."""
         cfg = self.config
@@ -266,6 +270,15 @@ DQN_STATE = ("q_net", "q_target", "optimizer")
 """The agent's attributes an update reads and writes (a captured update's workspace)."""
 
 
+@torch.no_grad()
+def dqn_target(nets: Any, hp: Any, batch: dict[str, Tensor], double: bool) -> Tensor:
+    """The Q-network's regression target y `[B]` (`q_learning_target`) for a batch: the next action picked by the
+    online network (`double`) or the target one, valued by the target one at `next_obs`."""
+    next_q_online = nets.q_net(batch["next_obs"]) if double else None
+    return q_learning_target(batch["reward"], batch["terminated"], nets.q_target(batch["next_obs"]), next_q_online,
+                             hp.gamma)
+
+
 def dqn_update(nets: Any, hp: Any, batch: dict[str, Tensor], target_step: bool, double: bool,
                max_grad_norm: float) -> dict[str, Tensor]:
     """One Q-learning step on a batch (`obs` `[B, obs_dim]`, actions as floats `[B, 1]`, `reward`, `terminated`
@@ -273,10 +286,7 @@ def dqn_update(nets: Any, hp: Any, batch: dict[str, Tensor], target_step: bool, 
     Polyak update. `nets` holds `DQN_STATE` (an agent, or a captured update's workspace); `hp` gamma and tau,
     floats or 0-d tensors. Returns detached scalars and, with `weight`, the rows' TD errors `td_error` `[B]`."""
     action = batch["action"].long()  # [B, 1]
-    with torch.no_grad():
-        next_q_online = nets.q_net(batch["next_obs"]) if double else None
-        target = q_learning_target(batch["reward"], batch["terminated"], nets.q_target(batch["next_obs"]),
-                                   next_q_online, hp.gamma)
+    target = dqn_target(nets, hp, batch, double)
     q = nets.q_net(batch["obs"]).gather(-1, action).squeeze(-1)
     weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
     if weight is None:

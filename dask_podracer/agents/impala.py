@@ -39,7 +39,7 @@ from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, observation
                                        set_learning_rate)
 from dask_podracer.agents.networks import mlp
 from dask_podracer.agents.ppo import PolicyHead
-from dask_podracer.agents.vtrace import vtrace
+from dask_podracer.agents.vtrace import VTrace, vtrace
 from dask_podracer.envs import VecEnv
 
 SOFT_BOUND = 1.1
@@ -237,13 +237,7 @@ class IMPALAAgent:
         log_prob, entropy = log_prob.reshape(T, B), entropy.reshape(T, B)
         mean_bound_loss = log_prob.new_zeros(()) if self.actor.discrete else bounds_loss(out)
         values = self.critic(batch.obs).squeeze(-1)
-        with torch.no_grad():
-            next_values = self.critic(batch.next_obs).squeeze(-1)
-            cut = batch.truncated & ~batch.terminated  # a time limit: bootstrap from the final observation, then stop
-            rewards = batch.rewards + cfg.gamma * next_values * cut
-            discounts = cfg.gamma * (~(batch.terminated | batch.truncated)).float()
-            targets = vtrace(batch.behaviour_log_prob, log_prob.detach(), rewards, discounts, values.detach(),
-                             next_values[-1], rho_bar=cfg.rho_bar, c_bar=cfg.c_bar)
+        targets = self.vtrace_targets(batch, log_prob.detach(), values.detach())
         pg_loss = -(log_prob * targets.pg_advantages).mean()
         v_loss = 0.5 * (targets.vs - values).pow(2).mean()
         entropy_mean = entropy.mean()
@@ -252,6 +246,26 @@ class IMPALAAgent:
         self.updates += 1
         return {"policy_loss": float(pg_loss.detach()), "value_loss": float(v_loss.detach()),
                 "entropy": float(entropy_mean.detach()), "mean_rho": float(targets.clipped_rhos.mean())}
+
+    @torch.no_grad()
+    def vtrace_targets(self, batch: Rollout, log_prob: Tensor | None = None, values: Tensor | None = None) -> VTrace:
+        """V-trace's value targets and advantages `[T, B]` for `batch`, what `learn` trains on; `log_prob` (log pi of
+        the actions) and `values` (V(obs)) `[T, B]` under the learner's networks, computed here if not given.
+        An episode cut by a time limit bootstraps from V(final observation), folded into its reward with a discount
+        of 0; a terminated one from nothing."""
+        cfg = self.config
+        T, B = batch.rewards.shape
+        if log_prob is None:
+            log_prob = self.actor.log_prob_entropy(batch.obs.flatten(0, 1), batch.actions.flatten(0, 1))[0]
+            log_prob = log_prob.reshape(T, B)
+        if values is None:
+            values = self.critic(batch.obs).squeeze(-1)
+        next_values = self.critic(batch.next_obs).squeeze(-1)
+        cut = batch.truncated & ~batch.terminated  # a time limit: bootstrap from the final observation, then stop
+        rewards = batch.rewards + cfg.gamma * next_values * cut
+        discounts = cfg.gamma * (~(batch.terminated | batch.truncated)).float()
+        return vtrace(batch.behaviour_log_prob, log_prob, rewards, discounts, values, next_values[-1],
+                      rho_bar=cfg.rho_bar, c_bar=cfg.c_bar)
 
     def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
         """One-task mode: the agent is its own actor, so every step is on-policy (V-trace's rhos are 1)."""

@@ -384,13 +384,19 @@ class PPOAgent:
             obs = next_obs
         return obs, ep_return_sum, ep_count
 
+    @torch.no_grad()
+    def rollout_targets(self) -> tuple[Tensor, Tensor]:
+        """GAE advantages and returns `[T, B]` of the rollout in the buffer: what the updates train on. A step that
+        ended its episode bootstraps from V(final_obs) when truncated, from nothing when terminated."""
+        cfg, buf = self.config, self.buffer
+        next_values = self.value(buf.final_obs)
+        return compute_gae(buf.rewards, buf.values, next_values, buf.terminated, buf.dones, cfg.gamma,
+                           cfg.gae_lambda)
+
     def train_iteration(self, env: VecEnv, obs: Tensor) -> tuple[Tensor, int, Metrics]:
         cfg, buf = self.config, self.buffer
         obs, ep_return_sum, ep_count = self.collect(env, obs)
-        with torch.no_grad():
-            next_values = self.value(buf.final_obs)
-            advantages, returns = compute_gae(buf.rewards, buf.values, next_values, buf.terminated,
-                                              buf.dones, cfg.gamma, cfg.gae_lambda)
+        advantages, returns = self.rollout_targets()
         flat = {
             "obs": buf.obs.flatten(0, 1), "actions": buf.actions.flatten(0, 1),
             "log_probs": buf.log_probs.flatten(), "values": buf.values.flatten(),

@@ -134,6 +134,11 @@ class SACAgent(OffPolicyAgent):
         return SimpleNamespace(gamma=cfg.gamma, tau=cfg.tau, target_entropy=self.target_entropy,
                                combine_weight=cfg.combine_weight)
 
+    def target(self, batch: dict[str, Tensor]) -> Tensor:
+        """The critics' regression target y `[B]` (`sac_target`)."""
+        cfg = self.config
+        return sac_target(self, self._hp(), batch, cfg.target_combine, cfg.redq_subset)
+
     def update(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """One gradient step of critics, actor and temperature on a sampled batch (`sac_update`)."""
         cfg = self.config
@@ -180,6 +185,17 @@ SAC_STATE = ("actor", "critic", "critic_target", "log_alpha", "actor_optim", "cr
 """The agent's attributes an update reads and writes (a captured update's workspace)."""
 
 
+@torch.no_grad()
+def sac_target(nets: Any, hp: Any, batch: dict[str, Tensor], target_combine: str, redq_subset: int) -> Tensor:
+    """The critics' regression target y `[B]`: r + gamma * (1 - terminated) * (combine_E Q_target_i(s', a') - alpha
+    * log pi(a'|s')), a' ~ pi(.|s') and s' the observation the step led to (the final one at a time limit)."""
+    alpha = nets.log_alpha.exp()
+    next_action, next_log_prob = nets.actor(batch["next_obs"])
+    target_q = combine(nets.critic_target(batch["next_obs"], next_action), target_combine, redq_subset,
+                       hp.combine_weight)
+    return td_target(batch["reward"], batch["terminated"], target_q - alpha * next_log_prob, hp.gamma)
+
+
 def sac_update(nets: Any, hp: Any, batch: dict[str, Tensor], target_combine: str, actor_combine: str,
                redq_subset: int) -> dict[str, Tensor]:
     """One gradient step of critics, actor and temperature on a batch (`obs` `[B, obs_dim]`, `action`
@@ -190,11 +206,7 @@ def sac_update(nets: Any, hp: Any, batch: dict[str, Tensor], target_combine: str
     with `weight`, the rows' TD errors `td_error` `[B]`.
     """
     alpha = nets.log_alpha.exp().detach()
-    with torch.no_grad():
-        next_action, next_log_prob = nets.actor(batch["next_obs"])
-        target_q = combine(nets.critic_target(batch["next_obs"], next_action), target_combine, redq_subset,
-                           hp.combine_weight)
-        target = td_target(batch["reward"], batch["terminated"], target_q - alpha * next_log_prob, hp.gamma)
+    target = sac_target(nets, hp, batch, target_combine, redq_subset)
     q = nets.critic(batch["obs"], batch["action"])  # [E, B]
     weight = batch.get("weight")  # importance weights `[B]`, with prioritised replay
     critic_loss = 0.5 * weighted_mean((q - target).pow(2), weight, dim=1).sum()
