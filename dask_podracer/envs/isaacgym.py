@@ -110,6 +110,9 @@ class IsaacGymVecEnv:
         obs_dict, reward, reset_buf, extras = self.task.step(torch.as_tensor(actions, device=self.device))
         done = reset_buf.to(self.device) != 0
         truncated = self._time_outs(extras, done)  # read before reset_done zeroes progress_buf
+        # An env that fails on its time limit's step is taken as truncated, against the protocol's "termination
+        # wins": a VecTask's one reset_buf cannot say whether it also failed (the learner then bootstraps from the
+        # failed state once an episode; a task's own termination flag, where it keeps one, would settle it).
         terminated = done & ~truncated
         # a copy: a VecTask returns its rew_buf itself (when sim and rl devices agree), which its next step overwrites
         reward = reward.to(self.device, torch.float32).clone()
