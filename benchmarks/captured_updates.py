@@ -111,6 +111,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="SAC, TD3, D3QN and PPO, fewer repetitions")
     parser.add_argument("--algorithms", nargs="*", default=None, help=f"some of {sorted(CASES)}")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here")
     torch.set_num_threads(1)  # a segment's default (segment.torch_threads)
     algorithms = args.algorithms or (QUICK if args.quick else tuple(CASES))
     iterations, updates = (20, 50) if args.quick else (100, 300)

@@ -14,6 +14,7 @@ gymnasium's best figure at any size for the same env.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 
@@ -126,6 +127,8 @@ def main() -> None:
     parser.add_argument("--warp-sizes", type=int, nargs="*", default=None,
                         help="MuJoCo Warp worlds (default: 4 16 on cpu, 4096 16384 on cuda)")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
@@ -137,4 +140,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as error:  # an optional package this run needs: say which, in one line
+        sys.exit(f"{sys.argv[0]}: {error}")

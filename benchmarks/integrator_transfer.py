@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 import torch
 
@@ -31,6 +31,8 @@ INTEGRATORS = ("RK4", "IMPLICITFAST", "EULER")
 
 def returns_under(agent, integrator: str, episodes: int) -> list[float]:
     """Deterministic returns of `agent` on `episodes` episodes of Ant-v5 integrated with `integrator`."""
+    import mujoco
+
     out = []
     for episode in range(episodes):
         env = gym.make("Ant-v5")
@@ -50,6 +52,7 @@ def returns_under(agent, integrator: str, episodes: int) -> list[float]:
 def warp_ms_per_step(integrator: str, worlds: int, device: str, steps: int) -> float:
     """ms per Ant env step of MuJoCo Warp on `device` (frame_skip = 5 steps and rne_postconstraint, under random
     controls): eager on the CPU, one captured CUDA graph on CUDA (as WarpVecEnv steps)."""
+    import mujoco
     import mujoco_warp as mjw
     import warp as wp
 
@@ -89,6 +92,10 @@ def main() -> None:
     parser.add_argument("--warp-device", default="cpu")
     parser.add_argument("--warp-steps", type=int, default=30)
     args = parser.parse_args()
+    if args.warp_device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--warp-device {args.warp_device}: torch sees no CUDA device here")
+    if not args.store and not args.warp_worlds:
+        parser.error("nothing to measure: give --store, --warp-worlds N, or both")
     torch.set_num_threads(1)
     result: dict = {"returns": {}, "warp_ms_per_step": {}}
     if args.store:
@@ -113,4 +120,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as error:  # an optional package this run needs: say which, in one line
+        sys.exit(f"{sys.argv[0]}: {error}")

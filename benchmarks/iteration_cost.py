@@ -39,6 +39,8 @@ def main() -> None:
                         help="iterations before timing (default: past learning_starts; at least 10)")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler's 15 costliest ops")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here")
     torch.set_num_threads(1)  # a segment's default (segment.torch_threads)
     config = load_config(args.config)
     group = config.groups[0]  # the first group's algorithm and hyper-parameters, every field filled in

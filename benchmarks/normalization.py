@@ -16,6 +16,7 @@ best and last evaluation return and the env steps trained.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -86,4 +87,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as error:  # an optional package this run needs: say which, in one line
+        sys.exit(f"{sys.argv[0]}: {error}")

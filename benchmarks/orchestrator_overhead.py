@@ -34,14 +34,16 @@ def fake_segment(spec: SegmentSpec, sleep: float = 0.0) -> SegmentResult:
     time.sleep(sleep)
     score = random.Random(spec.seed).uniform(-1500, -100)
     return SegmentResult(key=spec.key, parent=spec.parent, algorithm=spec.algorithm, env=spec.env,
-                         hparams=spec.hparams, score=score, segment_env_steps=1000, lineage_env_steps=1000, train_seconds=sleep,
-                         eval_seconds=0.0, generation=spec.generation, device="cpu", metrics={})
+                         hparams=spec.hparams, score=score, segment_env_steps=1000, lineage_env_steps=1000,
+                         train_seconds=sleep, eval_seconds=0.0, generation=spec.generation, device="cpu", metrics={})
 
 
 def config(store: str, pool: int, segments: int, budget: str = "30m", pending: int = 0):
     return config_from_dict({
         "run": {"env": "Pendulum-v1", "algorithm": "sac", "store": store, "max_segments": segments, "budget": budget},
         "tournament": {"pool_size": pool, "pending": pending, "perturb": ["actor_lr"], "leaderboard_size": 16},
+        # fake_segment writes no checkpoint, so retention would find none to delete (CheckpointNotFound)
+        "store": {"retention": False},
     })
 
 

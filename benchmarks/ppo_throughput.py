@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -85,6 +86,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
     parser.add_argument("--quick", action="store_true", help="CPU rehearsal: 4 worlds, eager, 1 s")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here")
     config = load_config(args.config)
     env_name = args.env or config.run.env
     hparams = dict(config.hparams)
@@ -106,4 +109,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as error:  # an optional package this run needs: say which, in one line
+        sys.exit(f"{sys.argv[0]}: {error}")

@@ -53,6 +53,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--updates", type=int, default=300)
     args = parser.parse_args()
+    try:  # the children need both; say so here, in one line, rather than in a child's traceback
+        import mujoco  # noqa: F401
+        import stable_baselines3  # noqa: F401
+    except ImportError as error:
+        parser.error(f"{error}: pip install stable-baselines3 'gymnasium[mujoco]'")
     results: dict[str, dict[int, float]] = {"ours": {}, "sb3": {}}
     for which in results:
         for threads in args.threads:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -61,6 +62,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import gymnasium as gym
+    import mujoco  # noqa: F401  (gymnasium's MuJoCo envs need it; an ImportError here is one line, below)
     from stable_baselines3 import PPO, SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
@@ -117,4 +119,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as error:  # an optional package this run needs: say which, in one line
+        sys.exit(f"{sys.argv[0]}: {error}")

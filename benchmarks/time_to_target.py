@@ -161,6 +161,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if any(name.startswith("sb3-") for name in args.agents):
+        try:  # before our agents train, not after
+            import stable_baselines3  # noqa: F401
+        except ImportError as error:
+            parser.error(f"the sb3-* agents need Stable-Baselines3 ({error}): pip install stable-baselines3")
     torch.set_num_threads(args.threads)
     print(f"target {args.target} (mean of 10 deterministic episodes), off-policy agents evaluated every "
           f"{args.eval_every} env steps; "

@@ -47,7 +47,8 @@ def one_seed(base, seed: int, budget: float, market: str | None, store: str) -> 
     env_kwargs = {**base.run.env_kwargs, "market_seed": seed}
     if market:
         env_kwargs["market"] = market
-    run = dataclasses.replace(base.run, seed=seed, store=store, budget=budget, env_kwargs=env_kwargs)
+    run = dataclasses.replace(base.run, seed=seed, store=store, budget=f"{budget}s",  # run.budget is a string
+                              env_kwargs=env_kwargs)
     cluster = dataclasses.replace(base.cluster, dashboard_address="127.0.0.1:0")
     config = dataclasses.replace(base, run=run, cluster=cluster)
     started = time.perf_counter()
@@ -101,7 +102,8 @@ def main() -> None:
     print(f"champion's test Sharpe above buy-and-hold's in {wins} of {len(rows)} seeds; mean difference "
           f"{mean_difference:+.2f} (t over seeds {t_over_seeds:.2f})")
     print(json.dumps({"budget_seconds": budget, "wins": wins, "seeds": len(rows), "mean_sharpe_difference":
-                      mean_difference, "t_over_seeds": t_over_seeds, "rows": rows}))
+                      mean_difference, "t_over_seeds": None if math.isnan(t_over_seeds) else t_over_seeds,  # JSON: null
+                      "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -96,6 +97,8 @@ def main() -> None:
     parser.add_argument("--njmax", type=int, default=None,
                         help="MuJoCo Warp's constraint rows per world (default: its own guess, 64 for Ant)")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch sees no CUDA device here")
     capacity = {k: v for k, v in (("nconmax", args.nconmax), ("njmax", args.njmax)) if v is not None}
     if args.quick:
         args.device, args.seconds = "cpu", 1.0
@@ -119,4 +122,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ImportError as error:  # an optional package this run needs: say which, in one line
+        sys.exit(f"{sys.argv[0]}: {error}")
