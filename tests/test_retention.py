@@ -212,3 +212,16 @@ def test_a_pinned_checkpoint_outlives_retention(client, tmp_path, capsys):
     assert main(["pin", str(store_path), first, "--unpin"]) == 0  # said so, not "unpinned" again
     assert capsys.readouterr().out.splitlines() == [f"unpinned {first}", f"{first} was not pinned"]
     assert first not in store.pinned()
+
+
+def test_a_candidate_whose_checkpoint_is_gone_already_is_passed_over(tmp_path):
+    # a record naming a checkpoint removed by hand (or a segment function that saves none) made collect raise
+    # CheckpointNotFound, which ended run_tournament at its last table write
+    import numpy as np
+
+    from dask_podracer.store import PodracerStore
+
+    store = PodracerStore(str(tmp_path / "s.zarr"), create=True)
+    store.save_checkpoint("s000001-a", {"w": np.zeros(4)}, {})
+    done = collect(store, keep=set(), candidates=["s000000-gone", "s000001-a"])
+    assert [key for key, _ in done.deleted] == ["s000001-a"] and not store.has_checkpoint("s000001-a")
