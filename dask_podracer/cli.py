@@ -258,7 +258,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.json:  # after the summary above: a file that cannot be written after all loses none of it
         _write_summary(args.json, summary.to_dict())
     if summary.stop_reason == "failing":
-        from dask_podracer.progress import printable
+        from dask_podracer.terminal_text import printable
 
         print(f"podracer: error: segments keep failing; the last one: {printable(summary.last_error or '')}",
               file=sys.stderr)

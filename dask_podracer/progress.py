@@ -18,9 +18,10 @@ heavy, so `podracer --help` stays fast.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import TYPE_CHECKING, TextIO
+
+from dask_podracer.terminal_text import printable
 
 if TYPE_CHECKING:
     from dask_podracer.population.orchestrator import Progress
@@ -89,14 +90,6 @@ def fit(line: str, width: int | None) -> str:
     if width is None or len(line) < width:
         return line
     return line[: max(1, width - 1)]
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """`text` with its control characters written as escapes (`\\x1b`): one line, and no terminal commands."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _budget_spent(p: Progress) -> float:

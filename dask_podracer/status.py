@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dask_podracer.progress import printable
+from dask_podracer.terminal_text import printable
 
 if TYPE_CHECKING:
     from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
@@ -153,7 +153,8 @@ def format_status(s: StoreStatus) -> str:
 
 
 def _run_line(s: StoreStatus) -> str:
-    invocations = f"{s.invocations} invocation{'s' if s.invocations != 1 else ''}, {_duration(s.run_seconds)} of run time"
+    invocations = (f"{s.invocations} invocation{'s' if s.invocations != 1 else ''}, "
+                   f"{_duration(s.run_seconds)} of run time")
     written = f"state written {_ago(s.checked_at - s.written_at)} ago" if s.written_at else "state never dated"
     if s.state == "new":
         return "no run has written its state yet (a new store, or one written before run states existed)"
