@@ -786,7 +786,7 @@ def _check_kwargs(kwargs: Any, field: str) -> None:
 def check_run_name(name: str, field: str) -> None:
     """A run's name names directories (TensorBoard's, the dashboard's): one plain path component, never '..'."""
     plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None and name.strip(".") != ""
-    require(plain, field, "letters, digits, '_', '.', '-' (not only dots)", name)
+    require(plain, field, "ASCII letters, digits, '_', '.', '-' (not only dots)", name)
 
 
 _LISTEN_ADDRESS = re.compile(r"(?:[^\s:,]*:)?(\d{1,5})")

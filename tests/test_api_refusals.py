@@ -66,7 +66,7 @@ def test_a_section_changed_in_python_is_held_to_a_files_types(config, section, f
     (lambda c: dataclasses.replace(c, groups=()), "groups must be a non-empty tuple of GroupConfig"),
     (lambda c: _group(c, weight=0), "groups['sac'].weight must be > 0"),
     (lambda c: _group(c, env_steps=-5), "groups['sac'].env_steps must be >= 0"),
-    (lambda c: _group(c, name="a/b"), "groups['a/b'].name must be letters"),
+    (lambda c: _group(c, name="a/b"), "groups['a/b'].name must be ASCII letters"),
     (lambda c: _group(c, hparams={**c.hparams, "actor_lr": "x"}), "groups['sac'].hparams.actor_lr must be a number"),
     (lambda c: _group(c, hparams={**c.hparams, "gamma": float("nan")}), "groups['sac'].hparams.gamma must be"),
     (lambda c: _group(c, hparams={**c.hparams, "bogus": 1}), "unknown key groups['sac'].hparams.bogus"),

@@ -147,7 +147,7 @@ def test_checking_that_a_store_can_be_created_leaves_nothing_behind(tmp_path):
     ('cluster.dashboard_address="127.0.0.1:70000"', "cluster.dashboard_address must be"),
     ("run.seed=4294967296", "run.seed must be an integer from 0 to 2**32 - 1"),
     ("run.seed=-1", "run.seed must be an integer from 0 to 2**32 - 1"),
-    ("run.name=..", "run.name must be letters"),
+    ("run.name=..", "run.name must be ASCII letters"),
     ("groups.0.hparams.gamma=0.9", "this config declares no [[groups]]"),
 ])
 def test_settings_that_would_fail_later_are_refused_before_any_cluster(tmp_path, capsys, no_cluster, setting, says):
@@ -183,7 +183,7 @@ BIG = "1180591620717411303424"  # 2**70
      "search.gamma: its prior can draw 1.0001, and gamma must be in [0, 1]"),
     ("pendulum.toml", "search.num_envs={int_uniform=[1,2.5]}", "int_uniform needs integer bounds"),
     ("pendulum.toml", "search.num_envs={uniform=[1,4]}", "its prior can draw 1.0, and num_envs must be an integer"),
-    ("pendulum_mixed.toml", "groups.sac.name=../x", "groups[0].name must be letters"),
+    ("pendulum_mixed.toml", "groups.sac.name=../x", "groups[0].name must be ASCII letters"),
     ("pendulum.toml", "groups=5", "groups must be a non-empty list of tables ([[groups]]), got int 5"),
     ("pendulum.toml", "logging.mlflow=OUT/afile/ml", "cannot create the MLflow tracking store"),
     ("stock_trading.toml", 'run.eval_env_kwargs={period="bogus"}',
@@ -222,7 +222,7 @@ def test_tensorboard_writes_only_under_its_out_directory(tmp_path, capsys, name)
     store = PodracerStore(tmp_path / "s.zarr", create=True)
     out = tmp_path / "deep" / "out"
     assert main(["tensorboard", store.url, "--out", str(out), "--name", name]) == EXIT_USAGE
-    assert "--name must be letters" in _error(capsys)
+    assert "--name must be ASCII letters" in _error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
 
 
