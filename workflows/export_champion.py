@@ -219,11 +219,11 @@ def _hold(store: PodracerStore, key: str | None, out: Path) -> bool:
     that); whether it pinned. A running run's retention deleted a checkpoint off the leaderboard between the
     export's choosing it and loading it ("no complete checkpoint", seen twice while a run went on)."""
     try:
-        if key is None or not store.has_checkpoint(key) or key in store.pinned():
+        if key is None or key in store.pinned():
             return False
-        store.pin(key, f"being exported to {out.resolve()}")
+        store.pin(key, f"being exported to {out.resolve()}")  # CheckpointNotFound (a StoreError) for no checkpoint
         return True
-    except (StoreError, OSError):  # a store one may only read: export unpinned, as before
+    except (StoreError, OSError):  # no such checkpoint, or a store one may only read: export unpinned, as before
         return False
 
 

@@ -234,8 +234,6 @@ class Tournament:
         self.running = 0  # segments training now (kept, not counted, since it is asked twice per event)
         self.stopped: str | None = None
         self.completed_now = completed_before  # segments finished or failed in this invocation (for max_segments)
-        self.values_of_config: dict[str, dict[str, Any]] = {}
-        """Per group, its `config_values` (computed on its first segment)."""
 
     # -- the one method that mutates --------------------------------------------------------
     def handle(self, event: Event) -> list[Instruction]:
@@ -416,7 +414,7 @@ class Tournament:
         """`plan` with the tunable hyper-parameters the config sets for every agent of `group` (see
         `config_values`): a resumed agent, and an entry it adopts, carry the values of the config that trained
         them, and a value edited between invocations must reach their next segments, not only new agents'."""
-        values = self.values_of_config.setdefault(group, config_values(self.config, group))
+        values = config_values(self.config, group)  # a few dozen names a segment: not worth keeping
         if all(plan.hparams.get(name) == value for name, value in values.items()):
             return plan
         return dataclasses.replace(plan, hparams={**plan.hparams, **values})

@@ -73,11 +73,7 @@ def bound_socket_buffer(conn: Connection, option: int, payload_bytes: int = 0) -
     it: room for two), at least `SOCKET_BUFFER_BYTES`, which stops Linux autotuning it. Not smaller: a rollout
     larger than the buffers crawls through them (a 27 KB HalfCheetah rollout through 8 KiB ones: one actor sent
     660 transitions a second, and 9,600 with buffers of one rollout; docs/benchmarks.md)."""
-    try:
-        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, option, max(SOCKET_BUFFER_BYTES, payload_bytes))
-    except OSError:  # closed meanwhile: nothing to bound
-        pass
+    _set_socket_option(conn, option, max(SOCKET_BUFFER_BYTES, payload_bytes))
 
 
 def bound_send_wait(conn: Connection, seconds: float) -> None:
@@ -86,11 +82,16 @@ def bound_send_wait(conn: Connection, seconds: float) -> None:
     stopped, its socket open) once the buffers were full, holding its slot. The learner's inbox pushes back through
     the same buffers, so `seconds` is the longest a learner may take to take one rollout in."""
     whole = int(seconds)
+    _set_socket_option(conn, socket.SO_SNDTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1_000_000)))
+
+
+def _set_socket_option(conn: Connection, option: int, value: int | bytes) -> None:
+    """`setsockopt(SOL_SOCKET, option, value)` on `conn`'s socket, through a duplicate of its descriptor (a
+    Connection has no socket object); nothing if it was closed meanwhile."""
     try:
         with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                            struct.pack("ll", whole, int((seconds - whole) * 1_000_000)))
-    except OSError:  # closed meanwhile
+            sock.setsockopt(socket.SOL_SOCKET, option, value)
+    except OSError:  # closed meanwhile: nothing to set
         pass
 
 
