@@ -10,6 +10,7 @@ import re
 import select
 import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -47,15 +48,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, Terminated) else "interrupted"
-        print(f"podracer: {what}; the store keeps everything recorded so far", file=sys.stderr)
+        print(f"podracer: {what}{_what_the_store_keeps(e)}", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
-    except BrokenPipeError:  # `podracer leaderboard STORE | head -1`: the reader has what it wanted
+    except BrokenPipeError as e:  # `podracer leaderboard STORE | head -1`: the reader has what it wanted
         # Python's advice (the signal module's docs): stdout to devnull, so the flush at exit raises no second one
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if args.command == "train":  # a run cut short says so: its reader may have died rather than had enough
-            print("podracer: stopped: the reader of its output exited (a closed pipe); the store keeps everything "
-                  "recorded so far", file=sys.stderr)
+            print(f"podracer: stopped: the reader of its output exited (a closed pipe){_what_the_store_keeps(e)}",
+                  file=sys.stderr)
         return 1
+
+
+def _what_the_store_keeps(stopped: BaseException) -> str:
+    """The end of the line of a command stopped early. `train` notes on the exception whether its run had
+    started: one stopped before (while its cluster started, or its envs were checked) recorded nothing."""
+    started = getattr(stopped, "run_started", None)
+    if started is None:  # not a run: `leaderboard`, `status` and the rest only read
+        return ""
+    return "; the store keeps everything recorded so far" if started else " before the run started: nothing recorded"
 
 
 def _replace_unencodable_output() -> None:
@@ -249,12 +259,14 @@ def _train(args: argparse.Namespace) -> int:
     if args.json:
         _output_file(args.json, "--json")  # before the run, not after it
     tls = _tls_files(args)
-    summary = _run(config, args.scheduler, quiet=args.quiet, tls=tls)
-    print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, "
-          f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed), "
-          f"{summary.env_steps:,} env steps")
-    print(f"store: {summary.store}")
-    print(format_leaderboard(summary.leaderboard[:5]))
+    started = threading.Event()
+    try:
+        summary = _run(config, args.scheduler, quiet=args.quiet, tls=tls, started=started)
+    except (KeyboardInterrupt, BrokenPipeError) as e:  # Ctrl-C, SIGTERM, a closed pipe: `main` says which
+        e.run_started = started.is_set()
+        _stopped_early(args, getattr(e, "run_summary", None), stdout_open=not isinstance(e, BrokenPipeError))
+        raise
+    _print_summary(summary)
     if args.json:  # after the summary above: a file that cannot be written after all loses none of it
         _write_summary(args.json, summary.to_dict())
     if summary.stop_reason == "failing":
@@ -264,6 +276,30 @@ def _train(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _print_summary(summary) -> None:
+    print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, "
+          f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed), "
+          f"{summary.env_steps:,} env steps")
+    print(f"store: {summary.store}")
+    print(format_leaderboard(summary.leaderboard[:5]))
+
+
+def _stopped_early(args: argparse.Namespace, summary, stdout_open: bool) -> None:
+    """A run stopped by Ctrl-C, SIGTERM or a closed pipe: its summary as a finished run's is (printed, and in
+    `--json`, stop reason "interrupted"), when it got as far as having one. A summary file that cannot be
+    written is said on stderr, beside the interruption `main` reports."""
+    if summary is None:  # stopped before its loop began, or again while it stopped
+        return
+    if stdout_open:
+        with contextlib.suppress(BrokenPipeError):
+            _print_summary(summary)
+    if args.json:
+        try:
+            _write_summary(args.json, summary.to_dict())
+        except UserError as e:
+            print(f"podracer: error: {e}", file=sys.stderr)
 
 
 def _tls_files(args: argparse.Namespace):
@@ -280,12 +316,16 @@ def _tls_files(args: argparse.Namespace):
     return TLSFiles(*files)
 
 
-def _run(config, scheduler: str | None, quiet: bool, tls=None):
+def _run(config, scheduler: str | None, quiet: bool, tls=None,
+         started: threading.Event | None = None):
+    """`started` is set once the run begins (its cluster is up and its store checked)."""
     from dask_podracer.config import ConfigError
     from dask_podracer.population import ClusterError, run_tournament
     from dask_podracer.store import StoreError
 
-    def started(client) -> None:
+    def on_start(client) -> None:
+        if started is not None:
+            started.set()
         if scheduler is None:
             _say(quiet, f"embedded LocalCluster: {_count(len(client.cluster.workers), 'worker')}, "
                         f"dashboard {client.dashboard_link}")
@@ -294,7 +334,7 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None):
 
     printer = None if quiet else _progress_printer(config.run.budget_seconds)
     try:
-        return run_tournament(config, on_progress=printer, scheduler=scheduler, tls=tls, on_start=started)
+        return run_tournament(config, on_progress=printer, scheduler=scheduler, tls=tls, on_start=on_start)
     except (ConfigError, StoreError, ClusterError) as e:
         raise UserError(str(e)) from None
     except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:

@@ -208,7 +208,8 @@ def test_an_existing_summary_file_is_kept_by_the_check(tmp_path):
 def test_sigterm_stops_a_run_as_ctrl_c_does_and_exits_143(tmp_path):
     config, store = tiny_run(tmp_path)
     # own session: SIGTERM reaches the client alone, as from `timeout` or `kill PID`
-    process = podracer("train", str(config), start_new_session=True)
+    summary = tmp_path / "summary.json"
+    process = podracer("train", str(config), "--json", str(summary), start_new_session=True)
     first = process.stdout.readline()  # the embedded cluster's line
     progress = process.stdout.readline()  # a finished segment's
     assert first.startswith(b"embedded LocalCluster") and b"done 1 " in progress
@@ -216,6 +217,10 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_exits_143(tmp_path):
     out, err = process.communicate(timeout=90)
     assert process.returncode == 143, err.decode()[-2000:]
     assert err.decode().splitlines()[-1] == "podracer: terminated; the store keeps everything recorded so far"
+    # what was done is summarised as a finished run's is: on stdout, and in the --json file a script waits for
+    assert out.decode().startswith("stopped: interrupted after ") and f"store: {store}" in out.decode()
+    written = json.loads(summary.read_text())
+    assert written["stop_reason"] == "interrupted" and written["segments_completed"] >= 1
     state = PodracerStore(store).read_run_state()
     # stopped, not killed: the state says so at once (no waiting for heartbeats to pass) and holds every
     # segment the client saw finish
@@ -228,7 +233,8 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_exits_143(tmp_path):
 @pytest.mark.slow
 def test_a_run_whose_output_reader_exits_says_so_not_that_the_scheduler_was_lost(tmp_path):
     config, store = tiny_run(tmp_path)
-    process = podracer("train", str(config), start_new_session=True)
+    summary = tmp_path / "summary.json"
+    process = podracer("train", str(config), "--json", str(summary), start_new_session=True)
     assert process.stdout.readline().startswith(b"embedded LocalCluster")
     process.stdout.close()  # `podracer train ... | head -1`: the next progress line meets a closed pipe
     err = process.stderr.read().decode()
@@ -236,3 +242,17 @@ def test_a_run_whose_output_reader_exits_says_so_not_that_the_scheduler_was_lost
     assert err.splitlines()[-1] == ("podracer: stopped: the reader of its output exited (a closed pipe); the store "
                                     "keeps everything recorded so far")
     assert PodracerStore(store).read_run_state()["stop_reason"] == "interrupted"
+    assert json.loads(summary.read_text())["stop_reason"] == "interrupted"
+
+
+def test_a_run_interrupted_before_it_started_does_not_say_the_store_keeps_anything(tmp_path, monkeypatch, capsys):
+    config, store = tiny_run(tmp_path)
+    # Ctrl-C while the config's env is built on the client to check it, before any cluster or store exists
+    (tmp_path / "interrupting_env.py").write_text(
+        "def make(num_envs, **kwargs):\n    raise KeyboardInterrupt\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["train", str(config), "--set", 'run.env="interrupting_env:make"', "--json", str(tmp_path / "s.json")])
+    assert code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "podracer: interrupted before the run started: nothing recorded"
+    assert not store.exists() and not (tmp_path / "s.json").exists()

@@ -278,6 +278,9 @@ class _Loop:
                     self._segment_ended(future, outcome)
                     if self.stop_reason:
                         break
+        """The run to its stop. An exception that stops it early (Ctrl-C, the CLI's SIGTERM, a progress reader
+        that exited) leaves with what was done so far as its `run_summary`, once the state is written."""
+        stopped_by: BaseException | None = None
                 if not self.stop_reason and time.monotonic() >= next_poll:
                     self._poll()
                     next_poll = time.monotonic() + self.poll_seconds
@@ -294,8 +297,13 @@ class _Loop:
         """Record the checkpoints that no history record names: segments that finished after an earlier
         invocation last wrote its tables (or after its client died). Workers publish checkpoints whole
         themselves, so these are complete results; only their bookkeeping was lost."""
+        except BaseException as e:
+            stopped_by = e
+            raise
         history, self.history = self.history, []
         recorded = {r["key"] for r in history}
+            if stopped_by is not None:  # the CLI's --json summary of an interrupted run
+                stopped_by.run_summary = self._summary()
         self.lines = own_lines(history)
         self._catch_up(self.missed)
         # a quarantined checkpoint is kept for inspection: retention never deletes it
