@@ -171,3 +171,31 @@ def test_weights_edited_on_resume_set_which_agents_train():
     started = trains(again.handle(CapacityChanged(4)))
     assert sorted(t.group for t in started) == ["sac", "sac", "sac", "td3"]
     assert len(again.agents) == 5 and sum(a.active for a in again.agents.values()) == 4
+
+
+def dqn_config(store: str, eps_start: list[float], eps_end: float):
+    return config_from_dict({
+        "run": {"env": "CartPole-v1", "algorithm": "dqn", "store": store, "budget": "3m", "max_segments": 2, "seed": 1},
+        "tournament": {"pool_size": 2, "leaderboard_size": 2, "fresh_agents": 2},
+        "search": {"eps_start": {"uniform": eps_start}},
+        "segment": {"env_steps": 256, "eval_episodes": 1},
+        "hparams": {"hidden": [16], "num_envs": 2, "learning_starts": 64, "batch_size": 32, "eps_end": eps_end}})
+
+
+@pytest.mark.slow
+def test_a_config_value_that_contradicts_an_agents_own_drawn_value_is_refused_on_resume(cpu_client, tmp_path):
+    # the agents drew eps_start in [0.05, 0.08]; the edit moves the prior to [0.1, 0.2] and sets eps_end = 0.09 for
+    # every agent, which is right for new agents and passes the config's checks, but each stored agent would train
+    # with eps_end above its own eps_start: every one of their segments failed, after the cluster started
+    path = str(tmp_path / "s.zarr")
+    run_tournament(dqn_config(path, [0.05, 0.08], 0.01), cpu_client)
+    store = PodracerStore(path)
+    kept = store.read_leaderboard(), store.read_history(), store.read_run_state()
+    with pytest.raises(ConfigError, match=r"holds 'dqn' agent \d, which cannot train with this config's "
+                                          r"hparams.eps_end = 0.09 \(set for every agent; .*\): eps_end must be <= "
+                                          r"eps_start \(= 0.0\d+\), got 0.09; resume it with the config"):
+        run_tournament(dqn_config(path, [0.1, 0.2], 0.09), cpu_client)
+    assert (store.read_leaderboard(), store.read_history(), store.read_run_state()) == kept
+    # an edit every stored agent can take resumes
+    resumed = run_tournament(dqn_config(path, [0.1, 0.2], 0.04), cpu_client)
+    assert (resumed.segments_completed, resumed.segments_failed) == (2, 0)

@@ -23,6 +23,7 @@ from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import DATA_PIN_KEYS, module_imported_by, same_env, with_data_pins
 from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.run_lease import check_no_run_going
+from dask_podracer.population.tournament import config_values
 from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.train import usable_device
 
@@ -221,6 +222,35 @@ def check_store_fits(config: Config) -> None:
                               f"{group!r} {algorithms[group]}: {again}")
     for entry in board:
         _check_entry_loads(config, entry, url, again)
+    _check_config_values_fit(config, state, board, url, again)
+
+
+def _check_config_values_fit(config: Config, state: dict[str, Any], board: list[dict[str, Any]], url: str,
+                             again: str) -> None:
+    """A resumed agent's next segment, and one adopting an entry, trains with its own searched and perturbed
+    values and the config's for the rest (`tournament.config_values`). A value edited between invocations can
+    contradict an agent's own (an `eps_end` above the `eps_start` it drew): every segment of that agent would
+    fail, after the cluster started. The config alone passes its checks: only the stored agents show it."""
+    agents = (state.get("machine") or {}).get("agents", [])
+    held = [(f"agent {a['id']}", a["group"], a.get("hparams") or {}) for a in agents]
+    held += [(f"entry {e['key']}", e["group"], e["hparams"]) for e in board if e.get("group") and "hparams" in e]
+    groups = {g.name: g for g in config.groups}
+    for who, name, own in held:
+        if name not in groups:  # refused above; a stored group the config lacks
+            continue
+        values = config_values(config, name)
+        edited = {key: value for key, value in values.items() if _plain(own.get(key)) != _plain(value)}
+        if not edited:
+            continue
+        config_cls = algorithm_info(groups[name].algorithm).config_cls
+        fields = {f.name for f in dataclasses.fields(config_cls)}
+        try:
+            config_cls(**{**{k: v for k, v in own.items() if k in fields}, **values})
+        except (ValueError, TypeError) as e:
+            setting = ", ".join(f"hparams.{key} = {json.dumps(_plain(value))}" for key, value in sorted(edited.items()))
+            raise ConfigError(f"store '{url}' holds {name!r} {who}, which cannot train with this config's {setting} "
+                              f"(set for every agent; its searched and perturbed values are its own): {e}; "
+                              f"{again}") from None
 
 
 def _check_scored_alike(store: PodracerStore, url: str, config: Config, state: dict[str, Any],
