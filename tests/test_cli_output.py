@@ -10,11 +10,13 @@ import io
 import json
 import os
 import pty
+import select
 import signal
 import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -228,6 +230,47 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_exits_143(tmp_path):
     status = subprocess.run([sys.executable, "-m", "dask_podracer.cli", "status", str(store), "--json"],
                             capture_output=True, check=True, timeout=60)
     assert json.loads(status.stdout)["state"] == "stopped"
+
+
+def read_terminal(master: int, until: bytes | None, seconds: float) -> bytes:
+    """What a terminal shows, until `until` appears (None: until the program closes it), within `seconds`."""
+    shown, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline and (until is None or until not in shown):
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the program and everything it started have closed the terminal
+                break
+            if not data:
+                break
+            shown += data
+    return shown
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_a_terminal_stops_the_run_without_tracebacks_of_its_workers(tmp_path):
+    # Ctrl-C reaches the terminal's whole foreground process group, the embedded cluster's worker processes too:
+    # each printed a KeyboardInterrupt traceback of distributed's event loop around the run's summary
+    config, store = tiny_run(tmp_path)
+    pid, master = pty.fork()
+    if pid == 0:  # as a shell runs it: the foreground process group of its own terminal, SIGINT not ignored
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.execv(sys.executable, [sys.executable, "-m", "dask_podracer.cli", "train", str(config)])
+        finally:
+            os._exit(127)
+    try:
+        shown = read_terminal(master, b"done 2 ", 120)
+        assert b"done 2 " in shown, shown.decode(errors="replace")[-2000:]
+        os.write(master, b"\x03")  # Ctrl-C, as typed
+        shown += read_terminal(master, None, 90)
+    finally:
+        os.close(master)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 130
+    text = shown.decode(errors="replace")
+    assert "podracer: interrupted; the store keeps everything recorded so far" in text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert PodracerStore(store).read_run_state()["stop_reason"] == "interrupted"
 
 
 @pytest.mark.slow

@@ -45,7 +45,8 @@ def embedded_cluster(config: ClusterConfig, cores_per_segment: int = 1) -> Local
     """A LocalCluster of worker processes on 127.0.0.1: one per GPU, or without GPUs one per
     `cores_per_segment` cores (a segment's `torch_threads`: `worker_layout`).
 
-    Its scheduler preloads the live Podracer page (`dashboard_preload.py`), after any preload
+    Its scheduler preloads the live Podracer page (`dashboard_preload.py`), and its workers
+    `worker_preload.py` (Ctrl-C at a terminal stops the client, not them), each after any preload
     named in Dask's config (passing `preload` replaces the config's, so both are given).
     """
     import dask
@@ -56,6 +57,7 @@ def embedded_cluster(config: ClusterConfig, cores_per_segment: int = 1) -> Local
         raise ClusterError(f"an embedded LocalCluster cannot start while a worker imports the script: {MAIN_GUARD}")
     layout = worker_layout(config, torch.cuda.device_count(), os.cpu_count() or 1, cores_per_segment)
     preload = [*dask.config.get("distributed.scheduler.preload", []), "dask_podracer.population.dashboard_preload"]
+    worker_preload = [*dask.config.get("distributed.worker.preload", []), "dask_podracer.population.worker_preload"]
     try:
         return LocalCluster(
             n_workers=layout.workers,
@@ -67,6 +69,7 @@ def embedded_cluster(config: ClusterConfig, cores_per_segment: int = 1) -> Local
             resources=layout.resources,
             silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
             scheduler_kwargs={"preload": preload},
+            preload=worker_preload,
         )
     except RuntimeError as e:  # distributed says only "Nanny failed to start."
         raise ClusterError(f"the embedded LocalCluster's worker processes did not start ({e}); "
