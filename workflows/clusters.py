@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from distributed.deploy import Cluster
 
 PRELOAD = "dask_podracer.population.dashboard_preload"
+WORKER_PRELOAD = "dask_podracer.population.worker_preload"  # Ctrl-C stops the client, not the workers
 GPU_WORKER_RESOURCES = {GPU: 1}
 """What a worker of the cuda, slurm and kubernetes kinds advertises: its one GPU, one segment at a time."""
 KUBERNETES_GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
@@ -76,7 +77,7 @@ def local_cluster(workers: int, cluster: ClusterConfig | None = None) -> LocalCl
     layout = worker_layout(dataclasses.replace(cluster or ClusterConfig(), workers=workers), gpus=0, cores=1)
     return LocalCluster(n_workers=layout.workers, threads_per_worker=layout.threads, processes=True, host="127.0.0.1",
                         dashboard_address="127.0.0.1:0", resources=layout.resources,
-                        scheduler_kwargs={"preload": [PRELOAD]})
+                        scheduler_kwargs={"preload": [PRELOAD]}, preload=[WORKER_PRELOAD])
 
 
 def cuda_cluster_kwargs(cluster: ClusterConfig | None = None) -> dict[str, Any]:
