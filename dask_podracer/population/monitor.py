@@ -35,6 +35,8 @@ from dask_podracer.store.records import HistoryRecord, LeaderboardEntry
 
 ROUTE = "/individual-podracer"
 PLAIN_ROUTE = "/podracer.html"
+STORE_ANNOTATION = "podracer_store"
+"""The Dask annotation naming the store of the run that submitted a segment (several runs may share a cluster)."""
 CACHE_SECONDS = 1.0
 """The store's tables are read at most this often, whatever the number of open pages."""
 
@@ -102,13 +104,18 @@ class PodracerPage(SchedulerPlugin):
         running = []
         for key, since in sorted(self.started.items(), key=lambda kv: kv[1]):
             task = scheduler.tasks.get(key)
-            if task is None or task.processing_on is None:
+            if task is None or task.processing_on is None or not self._own(task):
                 continue
             agent = tables.agents.get(segment_key(key), {})
             running.append(Running(segment_key(key), task.processing_on.address, since,
                                    agent.get("id"), agent.get("hparams"),
                                    **worker_device(task.processing_on, gpu_share(task))))
         return Snapshot(self.store_url, tables.board, tables.history, running, tables.error)
+
+    def _own(self, task: Any) -> bool:
+        """Whether a segment's task belongs to this run: another run on the same scheduler has segments of its own,
+        and a task of the user's may have a name like theirs. Each run's tasks name their store (orchestrator)."""
+        return (getattr(task, "annotations", None) or {}).get(STORE_ANNOTATION) == self.store_url
 
 
 def gpu_share(task: Any) -> float | None:

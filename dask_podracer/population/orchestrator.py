@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import dask
 from distributed import Client, Future, as_completed, wait
 from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
@@ -25,10 +26,10 @@ from dask_podracer.config import Config, ConfigError
 from dask_podracer.population.cluster import ClusterError, Slots, cluster_slots, gpu_share_of
 from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import (Holders, ReplaySources, checkpoints_to_keep, collect,
-                                                 missed_records, own_lines)
+                                                missed_records, own_lines)
 from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers, pin_data
-from dask_podracer.population.monitor import PodracerPage
-from dask_podracer.population.run_lease import this_client
+from dask_podracer.population.monitor import STORE_ANNOTATION, PodracerPage
+from dask_podracer.population.run_lease import check_no_run_going, claim_store, this_client
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Event,
@@ -126,6 +127,14 @@ def run_tournament(config: Config, client: Client | None = None,
     _check_arguments(config, client, scheduler, tls, {"on_progress": on_progress, "on_start": on_start,
                                                       "segment_fn": segment_fn}, poll_seconds)
     config = pin_data(config)
+    with claim_store(config.store_url):  # before the store is checked: a run of this process on it is refused first
+        return _run(config, client, on_progress, scheduler, tls, on_start, segment_fn, poll_seconds)
+
+
+def _run(config: Config, client: Client | None, on_progress: Callable[[Progress], None] | None,
+         scheduler: str | None, tls: TLSFiles | None, on_start: Callable[[Client], None] | None,
+         segment_fn: SegmentFunction, poll_seconds: float) -> RunSummary:
+    """`run_tournament`, once its arguments are checked and its store is held."""
     check_without_cluster(config, embedded=client is None and scheduler is None)
     try:
         trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
@@ -142,9 +151,12 @@ def run_tournament(config: Config, client: Client | None = None,
             if fresh:  # refused before anything ran: leave no store behind that looks like a run's
                 store.remove_if_bare()
             raise
-        _replace_page_plugin(active, store.url)
         if on_start is not None:
             on_start(active)
+        # Preflight found the store free, seconds ago: a client of another process may have started on it since
+        # (its run state appears at its loop's first write). Checked again just before this loop's first write.
+        check_no_run_going(store.url, store.read_run_state())
+        _replace_page_plugin(active, store.url)  # after the check: a refused run leaves the page to the one going
         return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
 
 
@@ -269,8 +281,14 @@ class _Loop:
         self.deleted = 0
 
     def run(self) -> RunSummary:
+        """The run to its stop. An exception that stops it early (Ctrl-C, the CLI's SIGTERM, a progress reader
+        that exited) leaves with what was done so far as its `run_summary`, once the state is written."""
+        stopped_by: BaseException | None = None
         try:
             self._recover()
+            # the run state names this client before any segment starts: another process's run on this store
+            # is refused from now on (run_lease.py), not a second later, after this loop's first tick
+            self._flush()
             self._carry_out(self._handle(CapacityChanged(self.slots.count)))
             next_poll = time.monotonic() + self.poll_seconds
             while not self.stop_reason:
@@ -278,9 +296,6 @@ class _Loop:
                     self._segment_ended(future, outcome)
                     if self.stop_reason:
                         break
-        """The run to its stop. An exception that stops it early (Ctrl-C, the CLI's SIGTERM, a progress reader
-        that exited) leaves with what was done so far as its `run_summary`, once the state is written."""
-        stopped_by: BaseException | None = None
                 if not self.stop_reason and time.monotonic() >= next_poll:
                     self._poll()
                     next_poll = time.monotonic() + self.poll_seconds
@@ -288,8 +303,13 @@ class _Loop:
                     self.dirty = True
                 if time.monotonic() - self.flushed >= FLUSH_SECONDS:
                     self._flush()  # one write of each table per second at most, not per event
+        except BaseException as e:
+            stopped_by = e
+            raise
         finally:
             self._finish()
+            if stopped_by is not None:  # the CLI's --json summary of an interrupted run
+                stopped_by.run_summary = self._summary()
         return self._summary()
 
     # -- events in ---------------------------------------------------------------------------
@@ -297,13 +317,8 @@ class _Loop:
         """Record the checkpoints that no history record names: segments that finished after an earlier
         invocation last wrote its tables (or after its client died). Workers publish checkpoints whole
         themselves, so these are complete results; only their bookkeeping was lost."""
-        except BaseException as e:
-            stopped_by = e
-            raise
         history, self.history = self.history, []
         recorded = {r["key"] for r in history}
-            if stopped_by is not None:  # the CLI's --json summary of an interrupted run
-                stopped_by.run_summary = self._summary()
         self.lines = own_lines(history)
         self._catch_up(self.missed)
         # a quarantined checkpoint is kept for inspection: retention never deletes it
@@ -469,8 +484,12 @@ class _Loop:
 
     def _submit(self, train: Train) -> None:
         spec = segment_spec(train, self.store.url, self.config.run.budget_seconds - self._budget_spent())
-        future = self.client.submit(self.segment_fn, spec, key=task_key(spec.key), resources=self.slots.resources,
-                                    pure=False, retries=self.config.tournament.retries)
+        # the store it belongs to, on the scheduler's task: the Podracer page lists this run's segments only,
+        # not those of another run on the cluster (monitor.py)
+        with dask.annotate(**{STORE_ANNOTATION: self.store.url}):
+            future = self.client.submit(self.segment_fn, spec, key=task_key(spec.key),
+                                        resources=self.slots.resources, pure=False,
+                                        retries=self.config.tournament.retries)
         self.futures[train.key] = (future, train)
         self.queue.add(future)
 

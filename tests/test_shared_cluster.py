@@ -1,0 +1,189 @@
+"""Tournaments sharing one Dask cluster: with each other (one after another, or at once from two threads of one
+process) and with the user's own tasks. Each keeps to its own store and its own segments."""
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_podracer.config import ConfigError, config_from_dict
+from dask_podracer.population import run_tournament
+from dask_podracer.population.monitor import current_snapshot_now
+from dask_podracer.population.task_keys import segment_key
+from dask_podracer.store import PodracerStore
+
+TINY = {"segment": {"env_steps": 150, "eval_episodes": 2},
+        "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32}}
+
+
+def tiny(store: Path, segments: int, **run):
+    return config_from_dict({**TINY, "tournament": {"pool_size": 1},
+                             "run": {"env": "Pendulum-v1", "algorithm": "sac", "budget": "2m",
+                                     "store": str(store), "max_segments": segments, **run}})
+
+
+@pytest.fixture
+def cluster():
+    """Three one-thread workers in this process: two runs' segments and a task of the user's at once."""
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                      scheduler_port=0, dashboard_address="127.0.0.1:0") as local, Client(local) as client:
+        yield local, client
+
+
+def held_until_released(folder: str, spec):
+    """A segment function that waits until the file `folder/<its key>` exists, then trains for real."""
+    from dask_podracer.population.tasks import segment_task
+
+    deadline = time.monotonic() + 120  # a test that failed before releasing it does not leave it forever
+    while not (Path(folder) / spec.key).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return segment_task(spec)
+
+
+def users_task(release: str) -> str:
+    """A task of the user's that runs until the file `release` exists."""
+    deadline = time.monotonic() + 120
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "done"
+
+
+def wait_for_new_segment(scheduler, known: set[str], seconds: float = 60.0) -> str:
+    """The key of a segment processing on `scheduler` that is not in `known` (waiting for one to start)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for key, task in list(scheduler.tasks.items()):
+            if segment_key(key) and task.state == "processing" and segment_key(key) not in known:
+                return segment_key(key)
+        time.sleep(0.05)
+    raise AssertionError(f"no new segment started within {seconds:.0f}s")
+
+
+def test_a_second_run_of_this_process_on_a_store_in_use_is_refused_and_the_first_loses_nothing(cluster, tmp_path):
+    _, client = cluster
+    store = tmp_path / "shared.zarr"
+    refusals = []
+
+    def second_run(_client):  # called by the first run once its store is open, before its first segment
+        with pytest.raises(ConfigError) as refused:
+            run_tournament(tiny(store, 1), client)
+        refusals.append(str(refused.value))
+
+    first = run_tournament(tiny(store, 2), client, on_start=second_run)
+    assert refusals == [f"store '{store}' has a run going in this process (another thread): wait for it to end, "
+                        "or give another store (--store)"]
+    assert first.segments_completed == 2 and first.stop_reason == "max_segments"
+    history = PodracerStore(str(store)).read_history()
+    assert [r["status"] for r in history] == ["finished", "finished"]
+    assert PodracerStore(str(store)).read_run_state()["invocations"] == 1
+    # once the first has ended, the store is free again: a later run of this process continues it
+    later = run_tournament(tiny(store, 1), client)
+    assert later.segments_completed == 1
+    assert PodracerStore(str(store)).read_run_state()["invocations"] == 2
+
+
+def test_the_page_lists_the_segments_of_its_own_run_only(cluster, tmp_path):
+    local, client = cluster
+    scheduler = local.scheduler
+    release = tmp_path / "release"
+    release.mkdir()
+    held = functools.partial(held_until_released, str(release))
+    ended = {}
+
+    def run(name: str, segments: int) -> None:
+        ended[name] = run_tournament(tiny(tmp_path / f"{name}.zarr", segments), client, segment_fn=held)
+
+    first = threading.Thread(target=run, args=("first", 2), daemon=True)
+    first.start()
+    first_a = wait_for_new_segment(scheduler, set())
+    second = threading.Thread(target=run, args=("second", 1), daemon=True)  # takes over the page
+    second.start()
+    second_only = wait_for_new_segment(scheduler, {first_a})
+    (release / first_a).touch()  # the first run's next segment starts while the page is the second run's
+    first_b = wait_for_new_segment(scheduler, {first_a, second_only})
+    users = client.submit(users_task, str(release / "user"), key="segment-of-the-user")  # named like ours, not ours
+    try:
+        deadline = time.monotonic() + 30
+        while getattr(scheduler.tasks.get("segment-of-the-user"), "state", None) != "processing":
+            assert time.monotonic() < deadline, "the user's task never started"
+            time.sleep(0.05)
+        snapshot = current_snapshot_now(scheduler)
+        assert snapshot.store_url == str(tmp_path / "second.zarr")
+        assert [r.key for r in snapshot.running] == [second_only]  # neither first_b nor the user's task
+    finally:
+        for key in (first_b, second_only, "user"):
+            (release / key).touch()
+        first.join(60)
+        second.join(60)
+    assert ended["first"].segments_completed == 2 and ended["second"].segments_completed == 1
+    assert users.result() == "done"  # neither run's end touched the user's task
+
+
+SECOND_CLIENT = """
+import sys, time
+from pathlib import Path
+from dask_podracer.config import ConfigError, config_from_dict
+from dask_podracer.population import run_tournament
+
+def at_start(client):  # this run's preflight found the store free; it goes on once the test says so
+    Path(sys.argv[2], "at-start").touch()
+    while not Path(sys.argv[2], "go").exists():
+        time.sleep(0.05)
+
+config = config_from_dict({config!r})
+try:
+    run_tournament(config, scheduler=sys.argv[1], on_start=at_start)
+    print("ran")
+except ConfigError as e:
+    print("refused:", e)
+"""
+
+
+def wait_for(path: Path, what: str, seconds: float = 90.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
+
+
+def test_a_run_of_another_process_started_on_the_store_meanwhile_is_refused_before_its_loop(cluster, tmp_path):
+    """Preflight found the store free; by the time the second client is about to start its loop, the first has
+    written its run state (before its first segment started): the second stops in one line, having written
+    nothing, and the first goes on."""
+    local, client = cluster
+    store = tmp_path / "shared.zarr"
+    config = {**TINY, "tournament": {"pool_size": 1},
+              "run": {"env": "Pendulum-v1", "algorithm": "sac", "budget": "2m", "store": str(store),
+                      "max_segments": 1}}
+    script = tmp_path / "second.py"
+    script.write_text(SECOND_CLIENT.format(config=config))
+    second = subprocess.Popen([sys.executable, str(script), local.scheduler_address, str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    release = tmp_path / "release"
+    release.mkdir()
+    ended, running = {}, None
+    try:
+        wait_for(tmp_path / "at-start", "the second client's start")
+        # the first run's loop ticks every 5 s: without its early write, its state would come seconds after this
+        first = threading.Thread(target=lambda: ended.setdefault("first", run_tournament(
+            config_from_dict(config), client, segment_fn=functools.partial(held_until_released, str(release)),
+            poll_seconds=5.0)), daemon=True)
+        first.start()
+        running = wait_for_new_segment(local.scheduler, set())
+        assert PodracerStore(str(store)).read_run_state()["client"]["pid"] == os.getpid()
+        (tmp_path / "go").touch()
+        out, _ = second.communicate(timeout=90)
+    finally:
+        second.kill()
+        if running is not None:
+            (release / running).touch()
+    assert out.strip().startswith(f"refused: store '{store}' has a run going (process {os.getpid()}, state written")
+    first.join(60)
+    assert ended["first"].segments_completed == 1
+    assert [r["key"] for r in PodracerStore(str(store)).read_history()] == [running]
