@@ -147,3 +147,45 @@ def test_the_plain_page_is_rendered_off_the_schedulers_event_loop(tmp_path, monk
         loop_thread = client.run_on_scheduler(threading.get_ident)
     assert "s000005-a" in page and len(rendered_on) == 1
     assert rendered_on[0] != loop_thread
+
+
+def test_the_live_page_computes_a_long_historys_views_off_the_schedulers_event_loop(tmp_path, monkeypatch):
+    """The live page is served from the scheduler's event loop: a long run's curves, lineage and hyper-parameter
+    views (20,000 segments: 0.1-0.3 s idle, 0.3-0.9 s under load) stopped the scheduler for as long at each page
+    opened and whenever records arrived, for each open page. They are computed in a thread now."""
+    import threading
+
+    from bokeh.client import pull_session
+    from distributed import Client, LocalCluster
+
+    from dask_podracer.dashboard import live
+
+    computed_on = []
+    history_views = PodracerView.history_views
+
+    def history_views_noting_its_thread(self, history):  # calls through: the views are the real ones
+        computed_on.append(threading.get_ident())
+        return history_views(self, history)
+
+    monkeypatch.setattr(PodracerView, "history_views", history_views_noting_its_thread)
+    monkeypatch.setattr(live, "DRAWN_WITH_THE_PAGE", 3)  # the six records below are a long history, as 20,000 are
+    store = PodracerStore(str(tmp_path / "s.zarr"), create=True)
+    store.extend_history([rec(f"s{i:06d}-a", i % 3, 1.0 + i, score=-100.0 - i) for i in range(6)])
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", scheduler_port=0,
+                      dashboard_address="127.0.0.1:0",
+                      scheduler_kwargs={"preload": ["dask_podracer.population.dashboard_preload"]}) as cluster, \
+            Client(cluster) as client:
+        client.register_plugin(PodracerPage(store.url), name=PodracerPage.name)
+        url = f"http://127.0.0.1:{client.scheduler_info()['services']['dashboard']}/individual-podracer-curves"
+        deadline = time.monotonic() + 60
+        with pull_session(url=url) as session:
+            while len(computed_on) < 2:  # the first draw, then a refresh 2 s later
+                assert time.monotonic() < deadline, computed_on
+                time.sleep(0.2)
+            session.request_server_info()  # a round trip: the page's changes sent before it reach this copy
+            figure = session.document.select_one({"name": "podracer-reward-vs-wall"})
+            points = [dict(r.data_source.data) for r in figure.renderers if "agent" in r.data_source.data
+                      and "score" in r.data_source.data]  # the segments' points (not the agents' lines or the best)
+        loop_thread = client.run_on_scheduler(threading.get_ident)
+    assert loop_thread not in computed_on
+    assert [sorted(p["score"]) for p in points] == [[-105.0, -104.0, -103.0, -102.0, -101.0, -100.0]], points

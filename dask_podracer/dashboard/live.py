@@ -13,6 +13,8 @@ business; this module knows only Bokeh.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import html
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,6 +33,9 @@ from dask_podracer.dashboard.population_plots import agent_colors, colored, hpar
 from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
 
 PARTS = ("leaderboard", "pool", "curves", "lag", "lineage", "hparams")
+DRAWN_WITH_THE_PAGE = 2000
+"""A history of up to this many records has its views drawn with the page as it opens (12 ms on the 2-core
+machine); a longer one's are computed in a thread and follow a moment later (20,000 records: 0.13 s)."""
 REFRESH_MS = 2000
 """How often an open page asks for a new snapshot (the store is read at most once a second anyway)."""
 
@@ -39,11 +44,25 @@ def build_document(doc: Document, first: Snapshot, read: Callable[[], Awaitable[
                    parts: Sequence[str] = PARTS, refresh_ms: int = REFRESH_MS) -> None:
     """Fill `doc` with the `parts` of the page drawn from `first`, then redraw from `await read()` periodically."""
     view = PodracerView(parts)
-    view.update(first)
+
+    async def draw(snapshot: Snapshot) -> None:
+        # computed in a thread: the page is served from the scheduler's event loop, and a long run's views (20,000
+        # segments: 0.1-0.3 s on the 2-core machine, idle) stopped the scheduler for as long whenever new records
+        # arrived, for each open page
+        views = await asyncio.get_running_loop().run_in_executor(None, view.history_views, snapshot.history)
+        view.show(snapshot, views)
+
+    async def draw_first() -> None:
+        await draw(first)
 
     async def refresh() -> None:
-        view.update(await read())
+        await draw(await read())
 
+    if len(first.history) <= DRAWN_WITH_THE_PAGE:
+        view.update(first)
+    else:
+        view.show(first, None)  # the tables at once; the history's views a moment later, from `draw_first`
+        doc.add_next_tick_callback(draw_first)
     doc.add_periodic_callback(refresh, refresh_ms)
     doc.title = "Dask: Podracer" + ("" if len(parts) > 1 else f" {parts[0]}")
     doc.add_root(view.root)
@@ -99,45 +118,65 @@ class PodracerView:
         """The history last drawn (None before the first update)."""
 
     def update(self, snapshot: Snapshot) -> None:
+        """Redraw from `snapshot` (the first draw; a refresh computes `history_views` in a thread first)."""
+        self.show(snapshot, self.history_views(snapshot.history))
+
+    def history_views(self, history: Sequence[Mapping[str, Any]]) -> HistoryViews | None:
+        """The data of the curves, the policy lag, the lineage and the tuned hyper-parameters of `history`; None
+        if it is the history last shown. Touches no Bokeh model, so it may run off the event loop."""
+        # recomputed only when the history changed: a long run's (20,000 segments) takes half a second, for every
+        # open page every 2 s
+        if history == self.history:
+            return None
+        views = HistoryViews(list(history))  # a copy: a caller appending to its list changes the history
+        if self.figures:
+            views.curves = curve_columns(history)
+        if "lag" in self.parts:
+            views.lag = lag_columns(history)
+        if "lineage" in self.parts:
+            views.lineage = lineage_graph(history)
+        if "hparams" in self.parts:
+            colors = agent_colors({agent_name(r) for r in history if r.get("status") == "finished"})
+            series = {name: hparam_series(history, name) for name in tuned(history)}
+            views.hparams = {name: (colored(lines, colors), colored(points, colors))
+                             for name, (lines, points) in series.items()}
+            views.hparam_layout = tuple((name, log_scale(points["value"])) for name, (_, points) in series.items())
+        return views
+
+    def show(self, snapshot: Snapshot, views: HistoryViews | None) -> None:
+        """Set the models from `snapshot` and from its `history_views` (None: the history views stay)."""
         self.header.text = _header(snapshot)
         _set(self.board, leaderboard_columns(snapshot.board))
         _set(self.pool, pool_columns(snapshot.running, snapshot.taken))
-        # redrawn only when the history changed: its views take a long run's history (20,000 segments) half a
-        # second to compute, on the scheduler's event loop, for every open page every 2 s
-        if snapshot.history != self.history:
-            self.history = list(snapshot.history)  # a copy: a caller appending to its list changes the history
-            self._update_history_views(snapshot.history)
+        if views is not None:
+            self.history = views.history
+            self._show_history_views(views)
 
-    def _update_history_views(self, history: Sequence[Mapping[str, Any]]) -> None:
-        """The curves, the policy lag, the lineage and the tuned hyper-parameters."""
-        if self.figures:
-            points, lines, best = curve_columns(history)
+    def _show_history_views(self, views: HistoryViews) -> None:
+        if views.curves is not None:
+            points, lines, best = views.curves
             for source, data in ((self.points, points), (self.lines, lines), (self.best, best)):
                 _set(source, data)
             for fig in self.figures:
                 fig.legend.visible = len(lines["agent"]) <= LEGEND_AGENTS
-        if "lag" in self.parts:
-            lag = lag_columns(history)
-            _set(self.lag, lag)
-            self.lag_section.visible = bool(lag["key"])  # runs without actors report no lag: nothing to show
-            self.no_lag.visible = len(self.parts) == 1 and not lag["key"]
-        if "lineage" in self.parts:
-            nodes, edges = lineage_graph(history)
+        if views.lag is not None:
+            _set(self.lag, views.lag)
+            self.lag_section.visible = bool(views.lag["key"])  # runs without actors report no lag: nothing to show
+            self.no_lag.visible = len(self.parts) == 1 and not views.lag["key"]
+        if views.lineage is not None:
+            nodes, edges = views.lineage
             _set(self.nodes, nodes)
             _set(self.edges, edges)
-        if "hparams" in self.parts:
-            self._update_hparams(history)
+        if views.hparams is not None:
+            self._show_hparams(views.hparams, views.hparam_layout)
 
-    def _update_hparams(self, history: Sequence[Mapping[str, Any]]) -> None:
+    def _show_hparams(self, series: Mapping[str, tuple[dict[str, list[Any]], dict[str, list[Any]]]],
+                      layout: tuple[tuple[str, bool], ...]) -> None:
         """One row per tuned hyper-parameter; the rows are rebuilt only when the tuned names (or an axis's
         scale) change, otherwise only their data are sent."""
-        colors = agent_colors({agent_name(r) for r in history if r.get("status") == "finished"})
-        series = {name: hparam_series(history, name) for name in tuned(history)}
-        layout = tuple((name, log_scale(points["value"])) for name, (_, points) in series.items())
         if layout != self.hparam_layout:
             self.hparam_layout = layout
-            self.hparam_sources = {name: (ColumnDataSource(colored(lines, colors)),
-                                          ColumnDataSource(colored(points, colors)))
+            self.hparam_sources = {name: (ColumnDataSource(lines), ColumnDataSource(points))
                                    for name, (lines, points) in series.items()}
             rows = [row(*hparam_figures(name, *self.hparam_sources[name], log, sizing_mode="stretch_width"),
                         sizing_mode="stretch_width") for name, log in layout]
@@ -145,8 +184,8 @@ class PodracerView:
             return
         for name, (lines, points) in series.items():
             line_source, point_source = self.hparam_sources[name]
-            _set(line_source, colored(lines, colors))
-            _set(point_source, colored(points, colors))
+            _set(line_source, lines)
+            _set(point_source, points)
 
     def _figure(self, x: str, label: str, single: bool) -> Any:
         fig = figure(x_axis_label=label, y_axis_label="evaluation return", height=340, name=f"podracer-reward-vs-{x}",
@@ -160,6 +199,22 @@ class PodracerView:
         fig.legend.label_text_font_size = "8pt"
         fig.toolbar.logo = None
         return fig
+
+
+@dataclasses.dataclass
+class HistoryViews:
+    """What `PodracerView.history_views` computes from a history, for `show` to put in the models."""
+
+    history: list[Mapping[str, Any]]
+    curves: tuple[dict[str, list[Any]], ...] | None = None
+    """(points, lines, best) of `curve_columns`."""
+    lag: dict[str, list[Any]] | None = None
+    lineage: tuple[dict[str, list[Any]], dict[str, list[Any]]] | None = None
+    """(nodes, edges)."""
+    hparams: dict[str, tuple[dict[str, list[Any]], dict[str, list[Any]]]] | None = None
+    """Each tuned hyper-parameter's (lines, points), coloured by agent."""
+    hparam_layout: tuple[tuple[str, bool], ...] = ()
+    """(name, log scale) of each tuned hyper-parameter."""
 
 
 def leaderboard_columns(board: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
