@@ -16,7 +16,7 @@ from dask_podracer.config import ConfigError, config_from_dict
 from dask_podracer.population import run_tournament
 from dask_podracer.population.monitor import current_snapshot_now
 from dask_podracer.population.task_keys import segment_key
-from dask_podracer.store import PodracerStore
+from dask_podracer.store import PodracerStore, StoreError
 
 TINY = {"segment": {"env_steps": 150, "eval_episodes": 2},
         "hparams": {"hidden": [16, 16], "num_envs": 2, "learning_starts": 50, "batch_size": 32}}
@@ -152,10 +152,10 @@ def wait_for(path: Path, what: str, seconds: float = 90.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_run_of_another_process_started_on_the_store_meanwhile_is_refused_before_its_loop(cluster, tmp_path):
-    """Preflight found the store free; by the time the second client is about to start its loop, the first has
-    written its run state (before its first segment started): the second stops in one line, having written
-    nothing, and the first goes on."""
+def test_a_run_of_another_process_holding_the_store_refuses_one_of_this_process_at_once(cluster, tmp_path):
+    """Both runs found the store free before either had written its run state (the lease alone let both run, each
+    rewriting the tables from what it had read). The first to have created the store holds its lock from then on:
+    this process's run stops in one line before it reads or submits anything, and the holder goes on."""
     local, client = cluster
     store = tmp_path / "shared.zarr"
     config = {**TINY, "tournament": {"pool_size": 1},
@@ -165,25 +165,17 @@ def test_a_run_of_another_process_started_on_the_store_meanwhile_is_refused_befo
     script.write_text(SECOND_CLIENT.format(config=config))
     second = subprocess.Popen([sys.executable, str(script), local.scheduler_address, str(tmp_path)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    release = tmp_path / "release"
-    release.mkdir()
-    ended, running = {}, None
     try:
-        wait_for(tmp_path / "at-start", "the second client's start")
-        # the first run's loop ticks every 5 s: without its early write, its state would come seconds after this
-        first = threading.Thread(target=lambda: ended.setdefault("first", run_tournament(
-            config_from_dict(config), client, segment_fn=functools.partial(held_until_released, str(release)),
-            poll_seconds=5.0)), daemon=True)
-        first.start()
-        running = wait_for_new_segment(local.scheduler, set())
-        assert PodracerStore(str(store)).read_run_state()["client"]["pid"] == os.getpid()
+        wait_for(tmp_path / "at-start", "the other client's start")  # its store created, its preflight passed
+        assert PodracerStore(str(store)).read_run_state() == {}  # nothing in the store says a run is going
+        with pytest.raises(StoreError, match=rf"^store '{store}' has a run going \(process {second.pid} on .* holds "
+                                             r"its run.lock\): wait for it to end, or give another store"):
+            run_tournament(config_from_dict(config), client)
+        assert not client.processing() or not any(client.processing().values())  # nothing of this run submitted
         (tmp_path / "go").touch()
         out, _ = second.communicate(timeout=90)
     finally:
         second.kill()
-        if running is not None:
-            (release / running).touch()
-    assert out.strip().startswith(f"refused: store '{store}' has a run going (process {os.getpid()}, state written")
-    first.join(60)
-    assert ended["first"].segments_completed == 1
-    assert [r["key"] for r in PodracerStore(str(store)).read_history()] == [running]
+    assert out.strip() == "ran"
+    assert len(PodracerStore(str(store)).read_history()) == 1
+    run_tournament(config_from_dict(config), client)  # the holder gone, the store is free again (resumed)

@@ -145,19 +145,23 @@ def _run(config: Config, client: Client | None, on_progress: Callable[[Progress]
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         fresh = not PodracerStore.exists(config.store_url)
         store = PodracerStore(config.store_url, create=True)
-        try:
-            check_workers(active, config)  # every worker: the store, the env, the agents
-        except BaseException:
-            if fresh:  # refused before anything ran: leave no store behind that looks like a run's
-                store.remove_if_bare()
-            raise
-        if on_start is not None:
-            on_start(active)
-        # Preflight found the store free, seconds ago: a client of another process may have started on it since
-        # (its run state appears at its loop's first write). Checked again just before this loop's first write.
-        check_no_run_going(store.url, store.read_run_state())
-        _replace_page_plugin(active, store.url)  # after the check: a refused run leaves the page to the one going
-        return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
+        # held from here to the run's end: a run of another process on a local store is refused now, before either
+        # reads the tables the other would rewrite (store/run_lock.py)
+        with store.hold_run():
+            try:
+                check_workers(active, config)  # every worker: the store, the env, the agents
+            except BaseException:
+                if fresh:  # refused before anything ran: leave no store behind that looks like a run's
+                    store.remove_if_bare()
+                raise
+            if on_start is not None:
+                on_start(active)
+            # Preflight found the store free, seconds ago: a client of another process may have started on it
+            # since (a remote store has no lock; its run state appears at that run's first write). Checked again
+            # just before this loop's first write.
+            check_no_run_going(store.url, store.read_run_state())
+            _replace_page_plugin(active, store.url)  # after the check: a refused run leaves the page to the one going
+            return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
 
 
 def _check_arguments(config: Any, client: Any, scheduler: Any, tls: Any, functions: dict[str, Any],

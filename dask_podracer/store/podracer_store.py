@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -14,6 +15,7 @@ from zarr.errors import ContainsGroupError
 
 from . import checkpoints as ck
 from . import pins, tables
+from .run_lock import LOCK_NAME, hold_run
 from ._zarrio import list_children, local_path, open_zarr_store, read_json, read_jsons, resolve_url, sync
 from .format import (
     FORMAT_NAME,
@@ -144,6 +146,11 @@ class PodracerStore:
             raise StoreError(f"cannot create store '{resolved}': cannot make a directory in '{parent}' "
                              f"({e.strerror or type(e).__name__})") from None
 
+    def hold_run(self) -> contextlib.AbstractContextManager[None]:
+        """Within it, this process's run holds the store: another run (of another process, or thread) that asks is
+        refused with a StoreError. Local stores only (`run_lock.py`); a remote one is held by the run state's lease."""
+        return hold_run(local_path(self._url), self._url)
+
     def remove_if_bare(self) -> bool:
         """Remove this store if it holds nothing but what creating it wrote; say whether it did.
 
@@ -154,7 +161,7 @@ class PodracerStore:
         bare = {"zarr.json", *(f"{name}/zarr.json" for name in CHILD_GROUPS)}
 
         async def keys() -> set[str]:
-            return {key async for key in self._store.list()}
+            return {key async for key in self._store.list() if key != LOCK_NAME}  # the refused run's own lock
 
         if sync(keys()) != bare:
             return False

@@ -1,0 +1,53 @@
+"""One run at a time on a local store: an exclusive `flock` on a file in the store's directory.
+
+The run state's lease (population/run_lease.py) is written by a run once it starts, so two clients that both read
+the store before either wrote its state both ran on it, each rewriting the tables from what it had read. A lock
+taken before either reads closes that moment. The kernel releases it when the process holding it ends, however it
+ends (a SIGKILL, a lost machine's reboot), so a crashed run never leaves its store locked. Remote stores (S3, GCS)
+have no such lock: the lease alone holds them. Where the file system refuses `flock` (some network file systems),
+the run goes on under the lease alone too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from .format import StoreError
+
+try:
+    import fcntl
+except ImportError:  # Windows: the lease alone
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_NAME = "run.lock"
+"""The lock file in a local store's directory; it holds the host and process id of the run that last held it."""
+
+
+@contextlib.contextmanager
+def hold_run(path: Path | None, url: str) -> Iterator[None]:
+    """Hold the store at `path` (None: a remote store, nothing to hold) for one run while the block runs; a
+    StoreError naming the holder if a run of another process (or another thread of this one) holds it."""
+    if path is None or fcntl is None:
+        yield
+        return
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                yield  # ENOLCK, EOPNOTSUPP: a file system without locks
+                return
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise StoreError(f"store '{url}' has a run going ({holder} holds its {LOCK_NAME}): wait for it to end, "
+                             f"or give another store (--store)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
