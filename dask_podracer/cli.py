@@ -266,6 +266,9 @@ def _train(args: argparse.Namespace) -> int:
         e.run_started = started.is_set()
         _stopped_early(args, getattr(e, "run_summary", None), stdout_open=not isinstance(e, BrokenPipeError))
         raise
+    except UserError as e:  # a scheduler lost during the run: what it did before is summarised too
+        _stopped_early(args, getattr(e, "run_summary", None), stdout_open=True)
+        raise
     _print_summary(summary)
     if args.json:  # after the summary above: a file that cannot be written after all loses none of it
         _write_summary(args.json, summary.to_dict())
@@ -336,15 +339,21 @@ def _run(config, scheduler: str | None, quiet: bool, tls=None,
     try:
         return run_tournament(config, on_progress=printer, scheduler=scheduler, tls=tls, on_start=on_start)
     except (ConfigError, StoreError, ClusterError) as e:
-        raise UserError(str(e)) from None
+        raise _carrying_summary(UserError(str(e)), e) from None
     except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:
         raise UserError(f"cannot use {e.filename or 'a file'!r}: {e.strerror or e}") from None  # not the scheduler's
     except OSError as e:  # distributed's CommClosedError among them: the scheduler went while the run started
         if isinstance(e, BrokenPipeError) and _stdout_closed():
             raise  # the progress lines' reader exited (`| head`, a quit pager, a killed tee): not the scheduler
         first = str(e).splitlines()[0] if str(e) else ""
-        raise UserError(f"lost the Dask scheduler ({type(e).__name__}: {first}); everything recorded is in the "
-                        f"store: run again on a cluster to resume") from None
+        raise _carrying_summary(UserError(f"lost the Dask scheduler ({type(e).__name__}: {first}); everything "
+                                          f"recorded is in the store: run again on a cluster to resume"), e) from None
+
+
+def _carrying_summary(error: UserError, cause: BaseException) -> UserError:
+    """`error`, with the `run_summary` the run left on `cause` when it had begun (the orchestrator notes it)."""
+    error.run_summary = getattr(cause, "run_summary", None)
+    return error
 
 
 def _stdout_closed() -> bool:

@@ -34,8 +34,11 @@ def test_losing_the_scheduler_is_said_clearly_and_the_store_resumes(tmp_path):
     config.write_text(chaos.CONFIG.format(segments=50))
     store = tmp_path / "lost.zarr"
     address, cluster = chaos.start_cluster(1, tmp_path)
+    summary = tmp_path / "summary.json"
     try:
-        client = chaos.train(config, store, address)
+        client = subprocess.Popen([sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store",
+                                   str(store), "--scheduler", address, "--json", str(summary)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 300
         while not (PodracerStore.exists(store) and PodracerStore(store).read_history()):
             assert time.monotonic() < deadline and client.poll() is None
@@ -51,6 +54,8 @@ def test_losing_the_scheduler_is_said_clearly_and_the_store_resumes(tmp_path):
     store_ = PodracerStore(store)
     before = store_.read_history()
     assert before and store_.read_run_state()["finished"] is False  # what was recorded is there to resume from
+    written = json.loads(summary.read_text())  # a script waiting on --json learns what was done before the loss
+    assert written["stop_reason"] == "interrupted" and written["segments_completed"] >= 1
 
     # a new cluster, the same store: the run resumes (its agents, board and segment count) and goes on
     config.write_text(chaos.CONFIG.format(segments=len(before) + 2))
