@@ -512,15 +512,18 @@ def _gc(args: argparse.Namespace) -> int:
                         f"got {args.keep_per_agent}")
     try:
         store = PodracerStore(args.store)
-        state = store.read_run_state()
-        if not args.dry_run:  # the run's own retention collects as it goes, knowing which parents are in flight
-            check_no_run_going(args.store, state, remedy="gc deletes checkpoints that its running segments may "
-                               "start from: run it once the run has ended (--dry-run only lists them)")
-        recorded = state.get("retention", {})
-        keep_per_agent = args.keep_per_agent or recorded.get("keep_per_agent") or StoreConfig.keep_per_agent
-        keep = checkpoints_to_keep(holders_at_rest(store), keep_per_agent, ReplaySources(store))
-        candidates = [key for key in store.checkpoint_keys() if not store.is_quarantined(key)]
-        done = collect(store, keep, candidates, dry_run=args.dry_run)
+        # held from before it reads what to keep until it has deleted: a run started meanwhile is refused, rather
+        # than resuming from what goes (a local store; a remote one has the run state's lease only)
+        with contextlib.nullcontext() if args.dry_run else store.hold_run("podracer gc"):
+            state = store.read_run_state()
+            if not args.dry_run:  # the run's own retention collects as it goes, knowing which parents are in flight
+                check_no_run_going(args.store, state, remedy="gc deletes checkpoints that its running segments may "
+                                   "start from: run it once the run has ended (--dry-run only lists them)")
+            recorded = state.get("retention", {})
+            keep_per_agent = args.keep_per_agent or recorded.get("keep_per_agent") or StoreConfig.keep_per_agent
+            keep = checkpoints_to_keep(holders_at_rest(store), keep_per_agent, ReplaySources(store))
+            candidates = [key for key in store.checkpoint_keys() if not store.is_quarantined(key)]
+            done = collect(store, keep, candidates, dry_run=args.dry_run)
     except (StoreError, ConfigError) as e:
         raise UserError(str(e)) from None
     verb = "would remove" if args.dry_run else "removed"

@@ -59,6 +59,15 @@ def test_gc_refuses_a_store_whose_run_is_going_and_deletes_nothing(live_run_stor
     assert main(["gc", live_run_store.url, "--dry-run"]) == 0  # listing deletes nothing: allowed
 
 
+def test_gc_refuses_a_store_a_run_holds_before_its_state_says_so(tmp_path, capsys):
+    # a run that has just started (its store opened, its run state not yet written): the state alone let gc on
+    store = PodracerStore(str(tmp_path / "starting.zarr"), create=True)
+    with store.hold_run():
+        assert main(["gc", store.url]) == EXIT_USAGE
+    assert "is in use: a run of process" in _error(capsys)
+    assert main(["gc", store.url]) == 0
+
+
 @pytest.mark.parametrize("address", ["not a url", "host:notaport", "bogus://127.0.0.1:8786"])
 def test_a_malformed_scheduler_address_is_refused_in_one_line_and_no_store_is_made(tmp_path, capsys, address):
     store = tmp_path / "s.zarr"

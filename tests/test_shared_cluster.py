@@ -2,7 +2,6 @@
 process) and with the user's own tasks. Each keeps to its own store and its own segments."""
 
 import functools
-import os
 import subprocess
 import sys
 import threading
@@ -168,8 +167,8 @@ def test_a_run_of_another_process_holding_the_store_refuses_one_of_this_process_
     try:
         wait_for(tmp_path / "at-start", "the other client's start")  # its store created, its preflight passed
         assert PodracerStore(str(store)).read_run_state() == {}  # nothing in the store says a run is going
-        with pytest.raises(StoreError, match=rf"^store '{store}' has a run going \(process {second.pid} on .* holds "
-                                             r"its run.lock\): wait for it to end, or give another store"):
+        with pytest.raises(StoreError, match=rf"^store '{store}' is in use: a run of process {second.pid} on .* "
+                                             r"holds its run.lock; wait for it to end, or give another store"):
             run_tournament(config_from_dict(config), client)
         assert not client.processing() or not any(client.processing().values())  # nothing of this run submitted
         (tmp_path / "go").touch()

@@ -472,3 +472,49 @@ def test_a_version_1_store_and_its_checkpoints_are_still_read(store: PodracerSto
     reopened = PodracerStore(store.url, create=True)
     assert reopened.checkpoint_keys() == ["old"]
     assert_arrays_equal(reopened.load_checkpoint("old").arrays, sample_arrays())
+
+
+def test_a_local_store_is_held_by_one_holder_at_a_time_and_freed_however_it_ends(tmp_path):
+    store = PodracerStore(tmp_path / "held.zarr", create=True)
+    with store.hold_run():
+        # another holder, of this process (a second open of the file) or of another, is refused naming the first
+        with pytest.raises(StoreError, match=rf"^store '{store.url}' is in use: a run of process {os.getpid()} on "
+                                             r".* holds its run.lock; wait for it to end"):
+            with PodracerStore(store.url).hold_run("podracer gc"):
+                pass
+        other = subprocess.run([sys.executable, "-c", HOLD_IN_ANOTHER_PROCESS, store.url], capture_output=True,
+                               text=True, timeout=60)
+        assert other.stdout.startswith(f"store '{store.url}' is in use: a run of process {os.getpid()}")
+    with store.hold_run("podracer gc"):  # released at the block's end
+        pass
+    # a holder killed outright (no block's end, no cleanup) leaves nothing held: the kernel drops its lock
+    killed = subprocess.run([sys.executable, "-c", HOLD_AND_DIE, store.url], timeout=60)
+    assert killed.returncode == -9
+    with store.hold_run():
+        pass
+    assert store.remove_if_bare()  # the lock file is not something recorded
+    assert not Path(store.url).exists()
+
+
+def test_a_remote_store_has_no_lock_file(tmp_path):
+    store = PodracerStore(f"memory://{uuid.uuid4().hex}.zarr", create=True)
+    with store.hold_run(), store.hold_run():  # the run state's lease alone holds it
+        pass
+
+
+HOLD_IN_ANOTHER_PROCESS = """
+import sys
+from dask_podracer.store import PodracerStore, StoreError
+try:
+    with PodracerStore(sys.argv[1]).hold_run():
+        print("held")
+except StoreError as e:
+    print(e)
+"""
+
+HOLD_AND_DIE = """
+import os, signal, sys
+from dask_podracer.store import PodracerStore
+with PodracerStore(sys.argv[1]).hold_run():
+    os.kill(os.getpid(), signal.SIGKILL)
+"""

@@ -146,10 +146,11 @@ class PodracerStore:
             raise StoreError(f"cannot create store '{resolved}': cannot make a directory in '{parent}' "
                              f"({e.strerror or type(e).__name__})") from None
 
-    def hold_run(self) -> contextlib.AbstractContextManager[None]:
-        """Within it, this process's run holds the store: another run (of another process, or thread) that asks is
-        refused with a StoreError. Local stores only (`run_lock.py`); a remote one is held by the run state's lease."""
-        return hold_run(local_path(self._url), self._url)
+    def hold_run(self, holder: str = "a run") -> contextlib.AbstractContextManager[None]:
+        """Within it, `holder` (a run, `podracer gc`) of this process holds the store: another (of another process,
+        or thread) that asks is refused with a StoreError naming it. Local stores only (`run_lock.py`); a remote one
+        is held by the run state's lease."""
+        return hold_run(local_path(self._url), self._url, holder)
 
     def remove_if_bare(self) -> bool:
         """Remove this store if it holds nothing but what creating it wrote; say whether it did.

@@ -29,9 +29,9 @@ LOCK_NAME = "run.lock"
 
 
 @contextlib.contextmanager
-def hold_run(path: Path | None, url: str) -> Iterator[None]:
-    """Hold the store at `path` (None: a remote store, nothing to hold) for one run while the block runs; a
-    StoreError naming the holder if a run of another process (or another thread of this one) holds it."""
+def hold_run(path: Path | None, url: str, holder: str = "a run") -> Iterator[None]:
+    """Hold the store at `path` (None: a remote store, nothing to hold) while the block runs, for `holder` (a run,
+    `podracer gc`); a StoreError naming the holder if another process (or another thread of this one) holds it."""
     if path is None or fcntl is None:
         yield
         return
@@ -43,11 +43,11 @@ def hold_run(path: Path | None, url: str) -> Iterator[None]:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 yield  # ENOLCK, EOPNOTSUPP: a file system without locks
                 return
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            raise StoreError(f"store '{url}' has a run going ({holder} holds its {LOCK_NAME}): wait for it to end, "
-                             f"or give another store (--store)") from None
+            other = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise StoreError(f"store '{url}' is in use: {other} holds its {LOCK_NAME}; wait for it to end, or give "
+                             f"another store (--store)") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        os.pwrite(fd, f"{holder} of process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)
