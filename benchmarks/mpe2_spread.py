@@ -117,7 +117,8 @@ def main() -> None:
           f"best {best['return']:.3f} at {best['wall_s']} s")
     print(json.dumps({
         "env": env_id, "algorithm": algorithm, "env_kwargs": env_kwargs, "hparams": hparams, "seed": args.seed,
-        "seconds": args.seconds, "team_steps_limit": args.team_steps, "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed,
+        "seconds": args.seconds, "team_steps_limit": args.team_steps, "eval_episodes": args.eval_episodes,
+        "eval_seed": args.eval_seed,
         "dask_podracer": str(Path(dask_podracer.__file__).resolve().parent),
         "commit": checkout_commit(dask_podracer.__file__),
         "random_return": round(random_return, 3), "untrained_return": curve[0]["return"],
