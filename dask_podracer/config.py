@@ -24,7 +24,7 @@ from dask_podracer.agents import algorithm_info, registered_algorithms
 from dask_podracer.agents.actor_learner import WEIGHTS_EVERY_PAST_LAG, learns_from_actors
 from dask_podracer.agents.apex import ApexAgent
 from dask_podracer.envs import canonical_env_name, registered_envs
-from dask_podracer.envs.registry import IMPORT_PATH
+from dask_podracer.envs.registry import IMPORT_PATH, unknown_env
 from dask_podracer.search import Prior, parse_prior, sample_hparams
 from dask_podracer.typed_fields import ConfigError, coerce, dataclass_from, describe, field_hints, require
 
@@ -60,8 +60,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check_field_types(self, "run")
         known = self.env in registered_envs() or self.env.startswith("gym:") or bool(IMPORT_PATH.fullmatch(self.env))
-        require(known, "run.env", f"one of {registered_envs()}, a gymnasium id as 'gym:<id>', or your own VecEnv "
-                f"or gymnasium Env as '<module>:<name>'", self.env)
+        if not known:
+            raise ConfigError(f"run.env: {unknown_env(self.env)}")
         try:
             object.__setattr__(self, "env", canonical_env_name(self.env))
         except (ValueError, ImportError, TypeError) as e:  # an import path that does not lead to a VecEnv

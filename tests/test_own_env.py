@@ -148,9 +148,16 @@ def test_an_import_path_that_does_not_lead_to_a_vec_env_is_a_config_error_naming
         config("os:sep")
     with pytest.raises(ConfigError, match=r"a VecEnv defined in the script that runs cannot be imported by workers"):
         config("__main__:Reach")
-    with pytest.raises(ConfigError, match=r"run.env must be one of .*, a gymnasium id as 'gym:<id>', or your own "
-                                          r"VecEnv or gymnasium Env as '<module>:<name>', got 'not an env'"):
+    with pytest.raises(ConfigError, match=r"run.env: unknown env 'not an env'. dask_podracer's own: Acrobot-v1, .*; "
+                                          r"any gymnasium id as 'gym:<id>'; .*your own VecEnv class or factory, or "
+                                          r"gymnasium Env class, as '<module>:<name>'$"):
         config("not an env")
+    # a gymnasium id without its prefix, a near miss of ours: what was meant comes first
+    with pytest.raises(ConfigError, match=r"run.env: unknown env 'LunarLander-v3': it is gymnasium's, not one of "
+                                          r"dask_podracer's own; write it as 'gym:LunarLander-v3'"):
+        config("LunarLander-v3")
+    with pytest.raises(ConfigError, match=r"run.env: unknown env 'pendulum-v1'; did you mean 'Pendulum-v1'\? "):
+        config("pendulum-v1")
     with pytest.raises(ConfigError, match=r"run.env_kwargs must be a table of keyword arguments, got 3"):
         config_from_dict({"run": {"env": "Pendulum-v1", "algorithm": "sac", "env_kwargs": 3}})
     with pytest.raises(ConfigError, match=r"run.env_kwargs must be strings, numbers, booleans, lists and tables "

@@ -16,6 +16,7 @@ names the same env (see docs/faq.md, "What loading a store can and cannot do").
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import numbers
@@ -89,10 +90,26 @@ def _factory(name: str) -> EnvFactory:
                              f"{prefix} envs: {', '.join(known)}")
     if IMPORT_PATH.fullmatch(name):
         return _imported(name)
-    known = ", ".join(registered_envs())
-    raise ValueError(f"unknown env {name!r}; known envs: {known}; or any gymnasium id as 'gym:<id>', "
-                     f"or an mjlab task as 'mjlab:<task id>', "
-                     f"or your own VecEnv class or factory, or gymnasium Env class, as '<module>:<name>'")
+    raise ValueError(unknown_env(name))
+
+
+def unknown_env(name: str) -> str:
+    """Why `name` names no env, in one line, led by what was most likely meant: a gymnasium id written without
+    its `gym:` prefix (`LunarLander-v3`), or a near miss of one of ours (`Pendelum-v1`). Before, the line listed
+    all 70 accepted names first, and the hint for a gymnasium id came last."""
+    if name in gym.registry:
+        return (f"unknown env {name!r}: it is gymnasium's, not one of dask_podracer's own; write it as "
+                f"'gym:{name}' (its vector envs step it)")
+    ours = sorted({canonical_name(n) for n in _REGISTRY if ":" not in n})
+    # ours first, then gymnasium's (as `gym:<id>`), each by its lower case: `pendulum-v1` is a near miss too
+    spelled = {n.lower(): canonical_name(n) for n in reversed(list(_REGISTRY))}
+    for n in gym.registry:
+        spelled.setdefault(n.lower(), f"{GYM_PREFIX}{n}")
+    near = dict.fromkeys(spelled[n] for n in difflib.get_close_matches(name.lower(), list(spelled), n=3, cutoff=0.75))
+    guess = f"; did you mean {' or '.join(map(repr, near))}?" if near else "."
+    return (f"unknown env {name!r}{guess} dask_podracer's own: {', '.join(ours)}, 'vmas:<scenario>', "
+            f"'mpe2:<env>' (envs.registered_envs() lists them all); any gymnasium id as 'gym:<id>'; an mjlab task as "
+            f"'mjlab:<task id>'; your own VecEnv class or factory, or gymnasium Env class, as '<module>:<name>'")
 
 
 def _imported(name: str) -> EnvFactory:
