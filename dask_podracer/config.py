@@ -26,7 +26,8 @@ from dask_podracer.agents.apex import ApexAgent
 from dask_podracer.envs import canonical_env_name, registered_envs
 from dask_podracer.envs.registry import IMPORT_PATH, unknown_env
 from dask_podracer.search import Prior, parse_prior, sample_hparams
-from dask_podracer.typed_fields import ConfigError, coerce, dataclass_from, describe, field_hints, require
+from dask_podracer.typed_fields import (ConfigError, coerce, dataclass_from, describe, did_you_mean, field_hints,
+                                        require)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +71,7 @@ class RunConfig:
             _check_kwargs(getattr(self, field), f"run.{field}")
             object.__setattr__(self, field, dict(getattr(self, field)))
         if self.algorithm is not None:
-            require(self.algorithm in registered_algorithms(), "run.algorithm",
-                    f"one of {registered_algorithms()}", self.algorithm)
+            _check_algorithm(self.algorithm, "run.algorithm")
         check_run_name(self.name, "run.name")
         parse_duration(self.budget, "run.budget")
         # each segment's seed is derived as seed * 1_000_003 + its index: torch's generator takes 64 bits
@@ -189,8 +189,7 @@ class GroupConfig:
         prefix = f"groups[{self.name!r}]"
         _check_field_types(self, prefix)
         check_run_name(self.name, f"{prefix}.name")  # it names the group's agents, tables and directories
-        require(self.algorithm in registered_algorithms(), f"{prefix}.algorithm", f"one of {registered_algorithms()}",
-                self.algorithm)
+        _check_algorithm(self.algorithm, f"{prefix}.algorithm")
         require(self.weight > 0 and math.isfinite(self.weight), f"{prefix}.weight", "> 0", self.weight)
         require(self.env_steps >= 0, f"{prefix}.env_steps", ">= 0", self.env_steps)
         checked = dataclass_from(algorithm_info(self.algorithm).config_cls, _table(self.hparams, f"{prefix}.hparams"),
@@ -539,8 +538,9 @@ def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
         raise ConfigError(f"a config is a table of sections (run, tournament, ...), got {describe(data)}")
     unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors", "learners"})
     if unknown:
-        known = ", ".join([*_SECTIONS, "hparams", "search", "groups", "actors", "learners"])
-        raise ConfigError(f"unknown section {unknown[0]!r} (known: {known})")
+        known = [*_SECTIONS, "hparams", "search", "groups", "actors", "learners"]
+        raise ConfigError(f"unknown section {unknown[0]!r}{did_you_mean(unknown[0], known)} (known: "
+                          f"{', '.join(known)})")
     sections = {}
     for name, cls in _SECTIONS.items():
         raw = _table(data.get(name, {}), name)
@@ -655,11 +655,12 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
     dot = f"{prefix}." if prefix else ""
     for key in raw:
         if key not in _GROUP_KEYS:
-            raise ConfigError(f"unknown key {dot}{key} (known: {', '.join(_GROUP_KEYS)})")
+            raise ConfigError(f"unknown key {dot}{key}{did_you_mean(key, _GROUP_KEYS)} (known: "
+                              f"{', '.join(_GROUP_KEYS)})")
     if "algorithm" not in raw:
         raise ConfigError(f"missing key {dot}algorithm")
     algorithm = coerce(raw["algorithm"], str, f"{dot}algorithm")
-    require(algorithm in registered_algorithms(), f"{dot}algorithm", f"one of {registered_algorithms()}", algorithm)
+    _check_algorithm(algorithm, f"{dot}algorithm")
     info = algorithm_info(algorithm)
     hparams = dataclasses.asdict(dataclass_from(info.config_cls, _table(raw.get("hparams", {}), f"{dot}hparams"),
                                                 f"{dot}hparams"))
@@ -669,7 +670,8 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
     edge_values: dict[str, list[Any]] = {}
     for key, prior in _table(raw.get("search", {}), f"{dot}search").items():
         if key not in hparams:
-            raise ConfigError(f"unknown key {dot}search.{key}: not a hyper-parameter of {algorithm}")
+            raise ConfigError(f"unknown key {dot}search.{key}: not a hyper-parameter of {algorithm}"
+                              f"{did_you_mean(key, list(hparams))}")
         try:
             search[key] = parse_prior(prior, f"{dot}search.{key}")
         except ValueError as e:
@@ -749,7 +751,14 @@ def _check_field_names(cls: type, fields: Mapping[str, Any], prefix: str) -> Non
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = [name for name in fields if name not in known]
     if unknown:
-        raise ConfigError(f"unknown key {prefix}.{unknown[0]} (known: {', '.join(known)})")
+        raise ConfigError(f"unknown key {prefix}.{unknown[0]}{did_you_mean(unknown[0], known)} (known: "
+                          f"{', '.join(known)})")
+
+
+def _check_algorithm(name: str, field: str) -> None:
+    if name not in registered_algorithms():
+        raise ConfigError(f"{field} must be one of {registered_algorithms()}, got {name!r}"
+                          f"{did_you_mean(name, registered_algorithms())}")
 
 
 def _class_names(cls: Any) -> str:

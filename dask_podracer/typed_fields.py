@@ -9,11 +9,12 @@ layers above it (agents, config) both use it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -25,6 +26,14 @@ def require(ok: bool, field: str, allowed: str, got: Any) -> None:
     """A ConfigError "<field> must be <allowed>, got <got>" unless `ok`."""
     if not ok:
         raise ConfigError(f"{field} must be {allowed}, got {got!r}")
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """"; did you mean 'x'?" for the names in `known` closest to `name` (by their lower case: `SAC`, `hiden`), or
+    "" when none is close."""
+    spelled = {k.lower(): k for k in known}
+    near = difflib.get_close_matches(str(name).lower(), list(spelled), n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(repr(spelled[n]) for n in near)}?" if near else ""
 
 
 def describe(value: Any) -> str:
@@ -44,7 +53,8 @@ def dataclass_from(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
     hints = field_hints(cls)
     for key in raw:
         if key not in fields:
-            raise ConfigError(f"unknown key {prefix}.{key} (known: {', '.join(fields)})")
+            raise ConfigError(f"unknown key {prefix}.{key}{did_you_mean(key, list(fields))} (known: "
+                              f"{', '.join(fields)})")
     missing = [n for n, f in fields.items() if n not in raw and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:

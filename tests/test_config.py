@@ -47,9 +47,10 @@ def test_defaults_and_aliases():
 
 BAD_CONFIGS = [
     ({"run": {"env": "Pendulum-v1", "algorithm": "sac", "colour": 1}}, "unknown key run.colour"),
-    ({**GOOD, "tournamnet": {}}, "unknown section 'tournamnet'"),
+    ({**GOOD, "tournamnet": {}}, "unknown section 'tournamnet'; did you mean 'tournament'? (known: run, "),
     ({"run": {"env": "Pendulum-v9", "algorithm": "sac"}}, "run.env: unknown env 'Pendulum-v9'; did you mean 'Pendulum-v1'"),
     ({"run": {"env": "Pendulum-v1", "algorithm": "dqn9"}}, "run.algorithm must be one of"),
+    ({"run": {"env": "Pendulum-v1", "algorithm": "SAC"}}, "got 'SAC'; did you mean 'sac'?"),
     ({"run": {"algorithm": "sac"}}, "missing key run.env"),
     ({**GOOD, "tournament": {"pool_size": "two"}}, "tournament.pool_size must be an integer, got str 'two'"),
     ({**GOOD, "tournament": {"leaderboard_size": 0}}, "tournament.leaderboard_size must be >= 1, got 0"),
@@ -62,6 +63,7 @@ BAD_CONFIGS = [
     ({**GOOD, "hparams": {"actor_lr": "fast"}}, "hparams.actor_lr must be a number, got str 'fast'"),
     ({**GOOD, "hparams": {"hidden": [64, "x"]}}, r"hparams.hidden\[1\] must be an integer"),
     ({**GOOD, "hparams": {"lerning_rate": 1e-3}}, "unknown key hparams.lerning_rate"),
+    ({**GOOD, "hparams": {"hiden": [8]}}, "unknown key hparams.hiden; did you mean 'hidden'? (known: "),
     ({"run": {**GOOD["run"], "budget": "soon"}}, "run.budget must be a duration"),
     ({"run": {**GOOD["run"], "target_return": True}}, "run.target_return must be a number"),
     ({"run": "sac"}, "run must be a table"),
@@ -186,7 +188,7 @@ def test_settings_change_the_config_as_its_file_would():
 @pytest.mark.parametrize("setting, message", [
     ("hparams.gamma", "--set hparams.gamma: expected SECTION.KEY=VALUE, e.g. hparams.gamma=0.97"),
     ("hparams..gamma=1", "--set hparams..gamma=1: expected SECTION.KEY=VALUE"),
-    ("hparams.gama=0.9", "pendulum.toml with --set: unknown key hparams.gama"),
+    ("hparams.gama=0.9", "pendulum.toml with --set: unknown key hparams.gama; did you mean 'gamma'?"),
     ("hparams.batch_size=many", "pendulum.toml with --set: hparams.batch_size must be an integer, got str 'many'"),
     ("run.env.name=x", "--set run.env.name=x: run.env is str 'Pendulum-v1', not a table"),
     ("tournament.perturb.0=x", "--set tournament.perturb.0=x: tournament.perturb is a list; set it whole"),
