@@ -166,3 +166,16 @@ def test_the_backtest_workflow_refuses_in_one_line(tmp_path):
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [f"backtest: error: no podracer store at '{tmp_path / 'nothing.zarr'}'"]
+
+
+def test_the_backtest_workflow_without_matplotlib_refuses_plot_before_it_runs(tmp_path):
+    # docs/trading.md: --plot needs the plot extra; without it the figures printed, then a traceback
+    hide_matplotlib = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+                       "runpy.run_path(sys.argv[0], run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", hide_matplotlib, str(ROOT / "workflows/backtest.py"),
+                          str(tmp_path / "nothing.zarr"), "--plot", str(tmp_path / "equity.png")],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "backtest: error: --plot draws with matplotlib, which is not installed: pip install 'dask-podracer[plot]', "
+        "or leave --plot out (the figures print without it)"]

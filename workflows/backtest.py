@@ -111,6 +111,12 @@ def check_outputs(json_out: str | None, plot_out: str | None) -> None:
             raise BacktestError(f"{option} {out!r}: its directory {str(path.parent)!r} is not writable")
     if plot_out and Path(plot_out).suffix.lower() not in PLOT_FORMATS:
         raise BacktestError(f"--plot {plot_out!r}: name an image file ({', '.join(PLOT_FORMATS)})")
+    if plot_out:
+        try:  # without it the figures printed, then a traceback
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise BacktestError("--plot draws with matplotlib, which is not installed: pip install "
+                                "'dask-podracer[plot]', or leave --plot out (the figures print without it)") from None
 
 
 def main(argv: list[str] | None = None) -> int:
