@@ -317,3 +317,23 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     run.stdout.close()
     assert run.wait(timeout=60) == 1
     assert run.stderr.read() == b""
+
+
+@pytest.mark.parametrize("algorithm, hparams, message", [
+    # three zeros too many: the client's check of the config built the agent, and torch zero-filled a buffer the
+    # allocator granted beyond the RAM: `podracer train` was OOM-killed (exit 137, no message)
+    # (sizes beyond any machine, so that no machine running the suite allocates them)
+    ("sac", "buffer_size = 2000000000000", "a replay buffer of hparams.buffer_size = 2,000,000,000,000 transitions "
+                                           "of 9 float32 values needs at least 67,055.2 GiB, more than the"),
+    ("ppo", "num_envs = 2000000000000", "a rollout of hparams.rollout_steps x num_envs = 64 x 2,000,000,000,000 "
+                                        "steps of 13 values needs at least"),
+])
+def test_a_buffer_beyond_the_machine_is_refused_in_one_line_before_any_cluster(tmp_path, capsys, algorithm, hparams,
+                                                                               message):
+    config = tmp_path / "big.toml"
+    config.write_text(f'[run]\nenv = "Pendulum-v1"\nalgorithm = "{algorithm}"\n[hparams]\n{hparams}\n')
+    assert main(["train", str(config), "--store", str(tmp_path / "s.zarr")]) == EXIT_USAGE
+    err = _error(capsys)
+    assert err.startswith(f"podracer: error: {config}: cannot build the env and agents this config asks for on this "
+                          f"machine: MemoryError: {message}")
+    assert not (tmp_path / "s.zarr").exists()

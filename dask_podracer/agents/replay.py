@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from dask_podracer.agents.base import check_buffer_fits
+
 
 class ReplayBuffer:
     """Transitions (obs, action, reward, next_obs, terminated) kept on the learner's device.
@@ -23,6 +25,11 @@ class ReplayBuffer:
         self.capacity = int(capacity)
         self.device = device
         shapes = {"obs": (obs_dim,), "action": (act_dim,), "reward": (), "next_obs": (obs_dim,), "terminated": ()}
+        row = 2 * obs_dim + act_dim + 2  # float32 values a transition keeps
+        # before allocating: torch zero-fills what it gets, and a buffer the allocator grants beyond the RAM
+        # (`buffer_size = 2000000000`, a slip of three zeros) got the client OOM-killed in the config's check
+        check_buffer_fits(self.capacity * row * 4, device, f"a replay buffer of hparams.buffer_size = "
+                          f"{self.capacity:,} transitions of {row} float32 values")
         self.data = {k: torch.zeros((self.capacity, *s), dtype=torch.float32, device=device) for k, s in shapes.items()}
         self.position = 0  # next row to write
         self.size = 0

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+
+from dask_podracer.agents.base import check_buffer_fits
 
 
 def compute_gae(
@@ -69,6 +72,10 @@ class RolloutBuffer:
                  act_dtype: torch.dtype, device: torch.device) -> None:
         def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
             return torch.zeros((num_steps, num_envs, *shape), dtype=dtype, device=device)
+
+        row = 2 * obs_dim + math.prod(act_shape) + 6  # values a step keeps (4 bytes or more each)
+        check_buffer_fits(num_steps * num_envs * row * 4, device, f"a rollout of hparams.rollout_steps x num_envs = "
+                          f"{num_steps:,} x {num_envs:,} steps of {row} values")
 
         self.num_steps, self.num_envs = num_steps, num_envs
         self.obs = zeros(obs_dim)
