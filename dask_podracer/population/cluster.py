@@ -14,7 +14,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
+from multiprocessing import resource_tracker
+from typing import TypeVar
 
 import torch
 from distributed import Client, LocalCluster
@@ -23,6 +28,7 @@ from dask_podracer.config import ClusterConfig
 
 GPU = "GPU"
 CPU = "CPU"
+T = TypeVar("T")
 
 
 class ClusterError(RuntimeError):
@@ -59,7 +65,7 @@ def embedded_cluster(config: ClusterConfig, cores_per_segment: int = 1) -> Local
     preload = [*dask.config.get("distributed.scheduler.preload", []), "dask_podracer.population.dashboard_preload"]
     worker_preload = [*dask.config.get("distributed.worker.preload", []), "dask_podracer.population.worker_preload"]
     try:
-        return LocalCluster(
+        return start_whole(lambda: LocalCluster(
             n_workers=layout.workers,
             threads_per_worker=layout.threads,
             processes=True,
@@ -70,10 +76,71 @@ def embedded_cluster(config: ClusterConfig, cores_per_segment: int = 1) -> Local
             silence_logs=logging.CRITICAL,  # failures are reported by the orchestrator, once
             scheduler_kwargs={"preload": preload},
             preload=worker_preload,
-        )
+        ))
     except RuntimeError as e:  # distributed says only "Nanny failed to start."
         raise ClusterError(f"the embedded LocalCluster's worker processes did not start ({e}); "
                            f"if it was started from a script: {MAIN_GUARD}") from e
+
+
+def start_whole(start: Callable[[], LocalCluster]) -> LocalCluster:
+    """The cluster `start` makes, made on a thread of its own: Ctrl-C (a notebook's stop button) while it starts
+    waits for the start to end, closes the cluster and is raised then.
+
+    Interrupted in place, LocalCluster's start was cancelled half way and never closed: in a notebook, whose
+    process lives on, its scheduler went on listening on its ports (the next run's "Port 8787 is already in use").
+    SIGINT is blocked on that thread, so the cluster's event loop thread (started there) and the worker processes
+    it spawns inherit the block: the stop button signals the kernel's whole process group, and a worker process
+    still importing (before `worker_preload.py` ignores SIGINT) printed its KeyboardInterrupt into the cell."""
+    cluster, error, stopped = _whole(start, block_sigint=True)
+    if cluster is not None and stopped is not None:
+        close_whole(cluster)
+    if stopped is not None:
+        raise stopped
+    if error is not None:
+        raise error
+    return cluster
+
+
+def close_whole(cluster: LocalCluster, raise_interrupt: bool = True) -> None:
+    """Close `cluster` on a thread of its own, to the end: a Ctrl-C while it closes (a notebook's stop button
+    pressed twice) cancelled the close half way, and the kernel kept the scheduler listening. That Ctrl-C is raised
+    once the cluster is closed, or dropped (`raise_interrupt` False: the close of a run that the first one stopped,
+    whose exception carries the run's summary)."""
+    _, error, stopped = _whole(cluster.close)
+    if stopped is not None and raise_interrupt:
+        raise stopped
+    if error is not None:
+        raise error
+
+
+def _whole(call: Callable[[], T], block_sigint: bool = False) -> tuple[T | None, BaseException | None,
+                                                                       BaseException | None]:
+    """`call()` run on a thread of its own and waited for to its end: its result, its exception, and the first
+    exception a signal raised in this thread meanwhile (Ctrl-C, the CLI's SIGTERM), for the caller to raise."""
+    done = threading.Event()
+    outcome: list = [None, None]
+
+    def run() -> None:
+        try:
+            if block_sigint and hasattr(signal, "pthread_sigmask"):  # not on Windows
+                # multiprocessing unblocks SIGINT in the thread that starts its resource tracker (at the first
+                # spawn): started here first, so the worker processes' spawns leave the block alone
+                resource_tracker.ensure_running()
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            outcome[0] = call()
+        except BaseException as e:  # handed to the caller's thread
+            outcome[1] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="podracer-cluster", daemon=True).start()
+    stopped: BaseException | None = None
+    while not done.is_set():
+        try:
+            done.wait()
+        except BaseException as e:
+            stopped = stopped or e
+    return outcome[0], outcome[1], stopped
 
 
 @dataclasses.dataclass(frozen=True)

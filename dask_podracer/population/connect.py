@@ -19,7 +19,7 @@ from distributed import Client, Security
 from distributed.comm import connect as comm_connect
 
 from dask_podracer.config import ClusterConfig
-from dask_podracer.population.cluster import ClusterError, embedded_cluster
+from dask_podracer.population.cluster import ClusterError, close_whole, embedded_cluster
 from dask_podracer.population.gpu_mps import mps_daemon
 
 
@@ -101,5 +101,11 @@ def embedded_client(config: ClusterConfig, cores_per_segment: int = 1) -> Iterat
                           "distributed.worker.daemon": False}), \
             mps_daemon(config.mps, torch.cuda.device_count() if config.mps else 0):
         cluster = embedded_cluster(config, cores_per_segment)
-        with cluster, Client(cluster) as client:
-            yield client
+        # closed to its end, whatever interrupts it: a notebook's kernel lives on after its run
+        try:
+            with Client(cluster) as client:
+                yield client
+        except BaseException:
+            close_whole(cluster, raise_interrupt=False)  # what stopped the run is raised, not a second Ctrl-C
+            raise
+        close_whole(cluster)
