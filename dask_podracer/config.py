@@ -141,7 +141,9 @@ class TournamentConfig:
 
     def __post_init__(self) -> None:
         _check_field_types(self, "tournament")
-        require(self.strategy in STRATEGIES, "tournament.strategy", f"one of {list(STRATEGIES)}", self.strategy)
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"tournament.strategy must be one of {list(STRATEGIES)}, got {self.strategy!r}"
+                              f"{did_you_mean(self.strategy, list(STRATEGIES))}")
         require(self.pool_size >= 0, "tournament.pool_size", ">= 0", self.pool_size)
         require(self.pending >= 0, "tournament.pending", ">= 0", self.pending)
         require(self.leaderboard_size >= 1, "tournament.leaderboard_size", ">= 1", self.leaderboard_size)

@@ -23,6 +23,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dask_podracer.typed_fields import did_you_mean
+
 KINDS = ("uniform", "log_uniform", "int_uniform", "choice")
 
 
@@ -35,7 +37,8 @@ class Prior:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"prior must be one of {', '.join(KINDS)}, got {self.kind!r}")
+            raise ValueError(f"prior must be one of {', '.join(KINDS)}, got {self.kind!r}"
+                             f"{did_you_mean(self.kind, KINDS)}")
         if self.kind == "choice":
             if not self.values:
                 raise ValueError("choice needs at least one option")

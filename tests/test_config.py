@@ -51,6 +51,8 @@ BAD_CONFIGS = [
     ({"run": {"env": "Pendulum-v9", "algorithm": "sac"}}, "run.env: unknown env 'Pendulum-v9'; did you mean 'Pendulum-v1'"),
     ({"run": {"env": "Pendulum-v1", "algorithm": "dqn9"}}, "run.algorithm must be one of"),
     ({"run": {"env": "Pendulum-v1", "algorithm": "SAC"}}, "got 'SAC'; did you mean 'sac'?"),
+    ({**GOOD, "tournament": {"strategy": "PBT"}}, "got 'PBT'; did you mean 'pbt'?"),
+    ({**GOOD, "search": {"actor_lr": {"loguniform": [1e-4, 1e-3]}}}, "got 'loguniform'; did you mean 'log_uniform'"),
     ({"run": {"algorithm": "sac"}}, "missing key run.env"),
     ({**GOOD, "tournament": {"pool_size": "two"}}, "tournament.pool_size must be an integer, got str 'two'"),
     ({**GOOD, "tournament": {"leaderboard_size": 0}}, "tournament.leaderboard_size must be >= 1, got 0"),
