@@ -35,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.actor_learner import LearnerFeed
-from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, observation_width, register_algorithm, regress,
-                                       set_learning_rate)
+from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, check_buffer_fits, observation_width,
+                                       register_algorithm, regress, set_learning_rate)
 from dask_podracer.agents.networks import mlp
 from dask_podracer.agents.ppo import PolicyHead
 from dask_podracer.agents.vtrace import VTrace, vtrace
@@ -164,6 +164,13 @@ class IMPALAAgent:
         self.config = config
         self.device = torch.device(device)
         self.obs_dim = observation_width(observation_space, self.algorithm)
+        # a rollout's obs, next_obs, actions, log-probs and rewards, built step by step (no buffer allocated up
+        # front): `rollout_steps = 1000000000` grew a worker's memory for as long as the budget ran, and no segment
+        # ended. One rollout: `batch_rollouts` of them are held together only by an [actors] learner
+        row = 2 * self.obs_dim + math.prod(action_space.shape or (1,)) + 2
+        check_buffer_fits(config.rollout_steps * config.num_envs * row * 4, self.device,
+                          f"a rollout of hparams.rollout_steps x num_envs = {config.rollout_steps:,} x "
+                          f"{config.num_envs:,} steps of {row} float32 values")
         # a private stream seeded from torch's global RNG (which a segment seeds) plus config.seed, as PPO's
         seed = int(torch.randint(2**62, ())) + config.seed
         init_gen = torch.Generator().manual_seed(seed)

@@ -25,7 +25,8 @@ from gymnasium.utils.seeding import np_random
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.gym_adapter import relay_mujoco_warnings
+from dask_podracer.envs.devices import device_memory
+from dask_podracer.envs.gym_adapter import MJDATA_BYTES, relay_mujoco_warnings
 from dask_podracer.envs.mujoco_tasks import TASKS, MujocoTask, check_task_fields
 from dask_podracer.envs.mujoco_threads import ThreadedSimulations
 
@@ -78,6 +79,15 @@ class MujocoVecEnv:
         self.max_episode_steps = int(max_episode_steps)
         self.model = mujoco.MjModel.from_xml_path(model_path(task.xml_file))
         self.dt = float(self.model.opt.timestep) * task.frame_skip
+        # each env is an MjData, 450-480 KB resident whatever the model: `eval_episodes = 100000` asks a worker for
+        # 48 GB, after the cluster started (under a 12 GB limit: `FatalError: Could not allocate memory`). The
+        # preflight counts `bytes_per_env` too
+        self.bytes_per_env = max(MJDATA_BYTES, int(mujoco.MjData(self.model).nbuffer))
+        memory = device_memory(torch.device("cpu"))
+        if memory is not None and self.num_envs * self.bytes_per_env > memory:
+            raise MemoryError(f"Mujoco{task.gym_id}: {self.num_envs:,} envs need at least "
+                              f"{self.num_envs * self.bytes_per_env / 2**30:,.1f} GiB ({self.bytes_per_env:,} bytes "
+                              f"of MjData each), more than the {memory / 2**30:,.1f} GiB of this machine")
         self.sims = ThreadedSimulations(self.model, self.num_envs, task.frame_skip, threads or available_cores(),
                                         task.fields, task.post_constraint)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (task.observation_size(self.model),),

@@ -33,12 +33,16 @@ def check_constructs(config: Config) -> None:
     run = config.run
     env = _built(run.env, run.env_kwargs, "run.env_kwargs")
     _check_steps(run.env, env, run.seed)
+    _check_envs_fit(run.env, env, config.segment.eval_episodes, "segment.eval_episodes")
     if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
         _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs", run.eval_env_kwargs)
     for i, group in enumerate(config.groups):
         _check_agent_count(group.name, group.algorithm, run.env, env)
         _check_network_fits(group, env, f"groups[{i}].hparams" if len(config.groups) > 1 else "hparams")
         make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
+        # after the agent's own buffers (which name the hyper-parameters that size them): the envs' state
+        _check_envs_fit(run.env, env, group.hparams.get("num_envs"),
+                        f"groups[{i}].hparams.num_envs" if len(config.groups) > 1 else "hparams.num_envs")
 
 
 def pin_data(config: Config) -> Config:
@@ -140,9 +144,12 @@ def _check_embedded_workers_fit(config: Config) -> None:
 def _check_network_fits(group: GroupConfig, env: Any, field: str) -> None:
     """A network that no memory of this machine holds is refused at once: torch would spend minutes allocating
     it (`hidden = [1000000000]`) before it failed. What is counted is a floor that any agent needs: one network
-    from the observation through `hidden` to one output, in float32, and its optimiser's two moments (Adam)."""
-    hidden = group.hparams.get("hidden")
-    if not hidden:
+    from the observation through `hidden` to one output, in float32, and its optimiser's two moments (Adam). An
+    ensemble of `num_critics` critics (DDPG, TD3, SAC) is that many such networks: `num_critics = 1000000` with
+    `hidden = [128, 128]` is 17 billion weights, which the config's check asked torch for on the client."""
+    hidden = group.hparams.get("hidden") or _algorithm_defaults(group.algorithm).get("hidden")
+    critics = group.hparams.get("num_critics")
+    if not hidden or not (group.hparams.get("hidden") or _is_count(critics)):
         return
     try:
         observation = gymnasium.spaces.flatdim(env.single_observation_space)
@@ -155,6 +162,49 @@ def _check_network_fits(group: GroupConfig, env: Any, field: str) -> None:
         raise ConfigError(f"{field}.hidden = {list(hidden)} makes one network of {floor // 12:,} weights: with its "
                           f"optimiser's moments at least {floor / 2**30:,.0f} GiB, more than this machine's "
                           f"{memory / 2**30:,.0f} GiB")
+    if _is_count(critics) and critics * floor > memory:
+        raise ConfigError(f"{field}.num_critics = {critics:,} critics of hidden = {list(hidden)} make at least "
+                          f"{critics * floor // 12:,} weights: with their optimiser's moments at least "
+                          f"{critics * floor / 2**30:,.0f} GiB, more than this machine's {memory / 2**30:,.0f} GiB")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _algorithm_defaults(algorithm: str) -> dict[str, Any]:
+    """The defaults of `algorithm`'s hyper-parameters ({} for a name the registry does not know: refused later)."""
+    try:
+        config_cls = algorithm_info(algorithm).config_cls
+    except ValueError:
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+
+
+STEP_BYTES = 15
+"""Bytes a step of one env takes besides its observation and action: its float32 reward, bool terminated and
+truncated, and evaluation's float64 return and bool still-running flag."""
+
+
+def _check_envs_fit(env_name: str, env: Any, count: Any, field: str) -> None:
+    """`count` envs (a segment's `num_envs`, or the `eval_episodes` it scores on, one env each) that no memory of
+    this machine holds are refused at once: a worker built them after the cluster started, and every segment failed
+    after its training (`eval_episodes = 1000000000` on Pendulum: 8 GB resident on a worker under a 12 GB limit
+    before it failed; 100,000 of MuJoCo's MjData are 48 GB). What is counted is a floor: one step's observation
+    and action of each env in float32, its reward, flags and return, and the state the env says each of its envs
+    keeps (`bytes_per_env`: MuJoCo's MjData)."""
+    if not _is_count(count):  # the hparams' own checks name it
+        return
+    try:
+        widths = gymnasium.spaces.flatdim(env.single_observation_space) + \
+            gymnasium.spaces.flatdim(env.single_action_space)
+    except (TypeError, ValueError, NotImplementedError, AttributeError):  # a space of no fixed width
+        widths = 0
+    per_env = 4 * widths + STEP_BYTES + int(getattr(env, "bytes_per_env", 0))
+    memory = psutil.virtual_memory().total
+    if count * per_env > memory:
+        raise ConfigError(f"{field} = {count:,} envs of {env_name!r} need at least {count * per_env / 2**30:,.1f} "
+                          f"GiB ({per_env:,} bytes each), more than this machine's {memory / 2**30:,.1f} GiB")
 
 
 def _check_agent_count(group: str, algorithm: str, env_name: str, env) -> None:

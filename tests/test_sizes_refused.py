@@ -1,0 +1,111 @@
+"""Sizes in a config that no machine holds are refused in one line before any cluster starts, not left to a worker
+that builds them after it started (and fails every segment, or is OOM-killed) or to a segment that never ends.
+
+The sizes are far beyond any machine, so that no machine running the suite allocates them."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+
+from dask_podracer.cli import EXIT_USAGE, main
+from dask_podracer.envs import make_vec_env
+from dask_podracer.population import preflight
+
+HUGE = 10**13
+
+
+def _refused(tmp_path, capsys, toml: str) -> str:
+    config = tmp_path / "big.toml"
+    # bounded, should the check be missing: one segment, one worker, a minute
+    bounded = toml.replace("[run]\n", '[run]\nmax_segments = 1\nbudget = "60s"\n', 1)
+    config.write_text(bounded + '[cluster]\nworkers = 1\ndashboard_address = "127.0.0.1:0"\n')
+    assert main(["train", str(config), "--store", str(tmp_path / "s.zarr")]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert not (tmp_path / "s.zarr").exists()
+    prefix = f"podracer: error: {config}: "
+    assert err.startswith(prefix), err
+    return err[len(prefix):]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "sac", "impala"])
+def test_eval_episodes_beyond_the_machine_are_refused(tmp_path, capsys, algorithm):
+    # each of the eval_episodes is an env the worker built after training: `eval_episodes = 1000000000` held 8 GB
+    # on a worker (under a 12 GB limit) before the segment failed, after the cluster started
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "Pendulum-v1"\nalgorithm = "{algorithm}"\n'
+                                     f'[segment]\neval_episodes = {HUGE}\n')
+    assert err.startswith("segment.eval_episodes = 10,000,000,000,000 envs of 'Pendulum-v1' need at least "
+                          "288,710.0 GiB (31 bytes each), more than this machine's "), err
+
+
+def test_impalas_num_envs_beyond_the_machine_are_refused(tmp_path, capsys):
+    # IMPALA preallocates no buffer: its envs and rollouts were built on the worker, after the cluster started
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "Pendulum-v1"\nalgorithm = "impala"\n[hparams]\n'
+                                     f'num_envs = {HUGE}\n')
+    assert err.startswith(f"cannot build the env and agents this config asks for on this machine: MemoryError: "
+                          f"a rollout of hparams.rollout_steps x num_envs = 20 x {HUGE:,} steps of"), err
+
+
+def test_impalas_rollout_beyond_the_machine_is_refused(tmp_path, capsys):
+    # a rollout is built step by step: `rollout_steps = 1000000000` grew a worker's memory for the whole budget
+    # (873 MB after 50 s) and no segment ended
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "Pendulum-v1"\nalgorithm = "impala"\n[hparams]\n'
+                                     f'rollout_steps = {HUGE}\n')
+    assert err.startswith(f"cannot build the env and agents this config asks for on this machine: MemoryError: "
+                          f"a rollout of hparams.rollout_steps x num_envs = {HUGE:,} x 8 steps of 9 float32 values "
+                          f"needs at least"), err
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg"])
+def test_a_critic_ensemble_beyond_the_machine_is_refused(tmp_path, capsys, algorithm):
+    # the config's check built the agent on the client: a billion critics were a 2 TB allocation there
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "Pendulum-v1"\nalgorithm = "{algorithm}"\n[hparams]\n'
+                                     f'num_critics = {HUGE}\nhidden = [64, 64]\n')
+    assert err.startswith("hparams.num_critics = 10,000,000,000,000 critics of hidden = [64, 64] make at least "), err
+
+
+@pytest.mark.parametrize("env", ["mpe2:simple_spread_v3", "vmas:balance"])
+def test_a_teams_eval_episodes_beyond_the_machine_are_refused(tmp_path, capsys, env):
+    if importlib.util.find_spec(env.split(":")[0]) is None:
+        pytest.skip(f"{env.split(':')[0]} is not installed")
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "{env}"\nalgorithm = "mappo"\n'
+                                     f'[segment]\neval_episodes = {HUGE}\n')
+    assert err.startswith(f"segment.eval_episodes = 10,000,000,000,000 envs of '{env}' need at least"), err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs the mujoco extra")
+@pytest.mark.parametrize("env, kwargs", [("MujocoAnt-v5", {"threads": 1}), ("gym:Ant-v5", {})])
+def test_mujoco_envs_count_their_mjdata(tmp_path, capsys, monkeypatch, env, kwargs):
+    # an MjData is 450-480 KB resident (gym:Ant-v5's envs 1.28 MB): 100,000 of them are 48 GB, built by a worker
+    # after the cluster started
+    env_kwargs = "".join(f"env_kwargs = {{ {key} = {value} }}\n" for key, value in kwargs.items())
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "{env}"\n{env_kwargs}algorithm = "sac"\n'
+                                     f'[segment]\neval_episodes = 100000000\n')
+    assert err.startswith(f"segment.eval_episodes = 100,000,000 envs of '{env}' need at least "), err
+    assert "GiB (410,067 bytes each)" in err  # the MjData's floor, not only an observation's and action's bytes
+    # num_envs too, where the agent's buffer fits: 100,000 transitions of Ant are 88 MB, its envs 38 GiB (more than
+    # the 16 GiB this machine is said to have)
+    monkeypatch.setattr(preflight.psutil, "virtual_memory", lambda: SimpleNamespace(total=16 * 2**30))
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "{env}"\n{env_kwargs}algorithm = "sac"\n'
+                                     f'[hparams]\nnum_envs = 100000\nbuffer_size = 100000\n')
+    assert err == (f"hparams.num_envs = 100,000 envs of '{env}' need at least 38.2 GiB (410,067 bytes each), more "
+                   f"than this machine's 16.0 GiB"), err
+    with pytest.raises(MemoryError, match=rf"^{env}: 10,000,000,000,000 envs need at least [\d,.]+ GiB "
+                                          rf"\(409,600 bytes of MjData each\), more than the "):
+        make_vec_env(env, HUGE, device="cpu", **kwargs)
+
+
+def test_a_prioritised_buffer_counts_its_priorities_and_sum_tree(monkeypatch):
+    # the rows alone fitted (`buffer_size = 400000000` on CartPole: 17.6 GB of 23.5 GiB) and the sum tree's 6.4 GB
+    # came on top of them, on the client; here a machine of 1 GB, where 2**24 rows (738 MB) fit and the whole does not
+    from dask_podracer.agents import base
+    from dask_podracer.agents.prioritized_replay import PrioritizedReplayBuffer
+
+    monkeypatch.setattr(base, "device_memory", lambda device: 10**9)
+    with pytest.raises(MemoryError, match=r"^a prioritised replay buffer of hparams.buffer_size = 16,777,216 "
+                                          r"transitions of 11 float32 values, their priorities and sum tree needs "
+                                          r"at least 1\.0 GiB, more than the 0\.9 GiB of cpu$"):
+        PrioritizedReplayBuffer(2**24, obs_dim=4, act_dim=1, device=base.torch.device("cpu"))
