@@ -109,3 +109,12 @@ def test_a_prioritised_buffer_counts_its_priorities_and_sum_tree(monkeypatch):
                                           r"transitions of 11 float32 values, their priorities and sum tree needs "
                                           r"at least 1\.0 GiB, more than the 0\.9 GiB of cpu$"):
         PrioritizedReplayBuffer(2**24, obs_dim=4, act_dim=1, device=base.torch.device("cpu"))
+
+
+@pytest.mark.parametrize("kwargs", [f"assets = {HUGE}", f"days = {HUGE}"])
+def test_a_generated_market_beyond_the_machine_is_refused(tmp_path, capsys, kwargs):
+    # `assets = 1000000` asked numpy for 149 GiB; `days = 2e10` ran a Python loop over every day first
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "StockTrading-v0"\nalgorithm = "ppo"\n[run.env_kwargs]\n{kwargs}\n')
+    assert err.startswith("cannot build the env and agents this config asks for on this machine: MemoryError: a "
+                          "generated market of assets = "), err
+    assert "(OHLCV in float64), more than the " in err

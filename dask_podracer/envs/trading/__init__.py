@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from dask_podracer.envs.devices import device_memory
 from dask_podracer.envs.trading import indicators
 from dask_podracer.envs.trading.env import StockTradingVecEnv, checked_number, execute
 from dask_podracer.envs.trading.market import DEFAULT_SPLIT, PERIODS, Market
@@ -31,6 +32,7 @@ def make_market(market: str = "synthetic", assets: int = 20, days: int = 2000, m
         checked_number("assets", assets, integer=True, low=1)
         checked_number("days", days, integer=True, low=1)
         checked_number("market_seed", market_seed, integer=True, low=0)
+        _check_market_fits(int(assets), int(days))
         return _generated(market, int(assets), int(days), int(market_seed))
     path = Path(market)
     if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
@@ -41,6 +43,20 @@ def make_market(market: str = "synthetic", assets: int = 20, days: int = 2000, m
     except OSError as e:
         raise MarketDataError(f"{path}: cannot read it ({e.strerror})") from None
     return _loaded(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+OHLCV_BYTES = 5 * 8
+"""A generated market's floor per date and asset: its open, high, low, close and volume in float64."""
+
+
+def _check_market_fits(assets: int, days: int) -> None:
+    """A MemoryError naming `assets` and `days` when their market alone is more than this machine's memory:
+    `assets = 1000000` asked numpy for 149 GiB, and `days = 2e10` ran a Python loop over every day first."""
+    memory = device_memory(torch.device("cpu"))
+    if memory is not None and assets * days * OHLCV_BYTES > memory:
+        raise MemoryError(f"a generated market of assets = {assets:,} and days = {days:,} needs at least "
+                          f"{assets * days * OHLCV_BYTES / 2**30:,.1f} GiB (OHLCV in float64), more than the "
+                          f"{memory / 2**30:,.1f} GiB of this machine")
 
 
 @functools.lru_cache(maxsize=8)
