@@ -290,9 +290,10 @@ def _print_summary(summary) -> None:
 
 
 def _stopped_early(args: argparse.Namespace, summary, stdout_open: bool) -> None:
-    """A run stopped by Ctrl-C, SIGTERM or a closed pipe: its summary as a finished run's is (printed, and in
-    `--json`, stop reason "interrupted"), when it got as far as having one. A summary file that cannot be
-    written is said on stderr, beside the interruption `main` reports."""
+    """A run stopped by Ctrl-C, SIGTERM, a closed pipe or an error during its loop (a lost scheduler, a store that
+    cannot be written): its summary as a finished run's is (printed unless stdout is gone, and in `--json`, stop
+    reason "interrupted"), when it got as far as having one. A summary file that cannot be written is said on
+    stderr, beside what `main` reports."""
     if summary is None:  # stopped before its loop began, or again while it stopped
         return
     if stdout_open:

@@ -35,19 +35,28 @@ def hold_run(path: Path | None, url: str, holder: str = "a run") -> Iterator[Non
     if path is None or fcntl is None:
         yield
         return
-    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                yield  # ENOLCK, EOPNOTSUPP: a file system without locks
-                return
-            other = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            raise StoreError(f"store '{url}' is in use: {other} holds its {LOCK_NAME}; wait for it to end, or give "
-                             f"another store (--store)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{holder} of process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:  # a read-only store: named here, not taken for a lost scheduler by the CLI
+        raise StoreError(f"store '{url}': cannot open its {LOCK_NAME} ({e.strerror or type(e).__name__})") from None
+    try:
+        if _locked(fd, url):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{holder} of process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)
+
+
+def _locked(fd: int, url: str) -> bool:
+    """Whether this process holds `fd`'s lock now: False on a file system without locks (ENOLCK, EOPNOTSUPP: the
+    run goes on under the lease alone), a StoreError naming the holder when another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        other = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        raise StoreError(f"store '{url}' is in use: {other} holds its {LOCK_NAME}; wait for it to end, or give "
+                         f"another store (--store)") from None
+    return True
