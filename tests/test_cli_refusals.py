@@ -64,7 +64,7 @@ def test_gc_refuses_a_store_a_run_holds_before_its_state_says_so(tmp_path, capsy
     store = PodracerStore(str(tmp_path / "starting.zarr"), create=True)
     with store.hold_run():
         assert main(["gc", store.url]) == EXIT_USAGE
-    assert "is in use: a run of process" in _error(capsys)
+    assert "is in use: a run of this process holds it" in _error(capsys)
     assert main(["gc", store.url]) == 0
 
 

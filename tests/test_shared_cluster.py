@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_podracer.config import ConfigError, config_from_dict
+from dask_podracer.config import config_from_dict
 from dask_podracer.population import run_tournament
 from dask_podracer.population.monitor import current_snapshot_now
 from dask_podracer.population.task_keys import segment_key
@@ -70,13 +70,13 @@ def test_a_second_run_of_this_process_on_a_store_in_use_is_refused_and_the_first
     refusals = []
 
     def second_run(_client):  # called by the first run once its store is open, before its first segment
-        with pytest.raises(ConfigError) as refused:
+        with pytest.raises(StoreError) as refused:
             run_tournament(tiny(store, 1), client)
         refusals.append(str(refused.value))
 
     first = run_tournament(tiny(store, 2), client, on_start=second_run)
-    assert refusals == [f"store '{store}' has a run going in this process (another thread): wait for it to end, "
-                        "or give another store (--store)"]
+    assert refusals == [f"store '{store}' is in use: a run of this process holds it; wait for it to end, or give "
+                        "another store (--store)"]
     assert first.segments_completed == 2 and first.stop_reason == "max_segments"
     history = PodracerStore(str(store)).read_history()
     assert [r["status"] for r in history] == ["finished", "finished"]
@@ -127,7 +127,7 @@ def test_the_page_lists_the_segments_of_its_own_run_only(cluster, tmp_path):
 SECOND_CLIENT = """
 import sys, time
 from pathlib import Path
-from dask_podracer.config import ConfigError, config_from_dict
+from dask_podracer.config import config_from_dict
 from dask_podracer.population import run_tournament
 
 def at_start(client):  # this run's preflight found the store free; it goes on once the test says so

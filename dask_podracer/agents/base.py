@@ -18,7 +18,6 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.envs import VecEnv
-from dask_podracer.envs.devices import device_memory
 from dask_podracer.typed_fields import ConfigError, dataclass_from
 
 Metrics = dict[str, float]
@@ -159,16 +158,6 @@ def check_action_space(space: gym.spaces.Space, algorithm: str) -> None:
     if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
         raise ValueError(f"{algorithm} picks Discrete actions from 0, but the action space is {space}: shift it to "
                          f"start at 0 (a gymnasium.ActionWrapper that adds {int(space.start)})")
-
-
-def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:
-    """A MemoryError naming `what` (the hyper-parameters that size it) when a buffer of `nbytes` is more than
-    `device` has. torch zero-fills a buffer as it allocates it: one larger than the RAM but within what the
-    allocator grants got the process OOM-killed, the client's too (`podracer train` died with no message)."""
-    memory = device_memory(device)
-    if memory is not None and nbytes > memory:
-        raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
-                          f"{memory / 2**30:,.1f} GiB of {device}")
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:

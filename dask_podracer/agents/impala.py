@@ -35,12 +35,13 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents.actor_learner import LearnerFeed
-from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, check_buffer_fits, observation_width,
-                                       register_algorithm, regress, set_learning_rate)
+from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, observation_width, register_algorithm, regress,
+                                       set_learning_rate)
 from dask_podracer.agents.networks import mlp
 from dask_podracer.agents.ppo import PolicyHead
 from dask_podracer.agents.vtrace import VTrace, vtrace
 from dask_podracer.envs import VecEnv
+from dask_podracer.envs.devices import check_buffer_fits
 
 SOFT_BOUND = 1.1
 """Where the bounds loss starts, in [-1, 1] action units: a little past the clip, as rl_games' PPO."""

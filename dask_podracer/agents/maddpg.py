@@ -33,12 +33,12 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, check_buffer_fits, register_algorithm, regress,
-                                       set_learning_rate)
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
 from dask_podracer.agents.mappo import agent_ends, own_action_mask, per_agent, with_agent_id
 from dask_podracer.agents.networks import ActionScale, mlp, soft_update
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.envs import VecEnv
+from dask_podracer.envs.devices import check_buffer_fits
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,12 +31,12 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import (AlgorithmInfo, Metrics, adam, check_buffer_fits, register_algorithm, regress,
-                                       set_learning_rate)
+from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.ppo import PolicyHead, _orthogonal_init, clipped_surrogate_loss, value_loss
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
 from dask_podracer.envs import VecEnv
+from dask_podracer.envs.devices import check_buffer_fits
 
 
 @dataclasses.dataclass(frozen=True)

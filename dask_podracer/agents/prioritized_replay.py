@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dask_podracer.agents.base import check_buffer_fits
+from dask_podracer.envs.devices import check_buffer_fits
 from dask_podracer.agents.replay import ReplayBuffer
 from dask_podracer.agents.sum_tree import SumTree
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dask_podracer.agents.base import check_buffer_fits
+from dask_podracer.envs.devices import check_buffer_fits
 
 
 class ReplayBuffer:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from dask_podracer.agents.base import check_buffer_fits
+from dask_podracer.envs.devices import check_buffer_fits
 
 
 def compute_gae(

@@ -39,3 +39,14 @@ def device_memory(device: torch.device) -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not a POSIX system that tells
         return None
+
+
+def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:
+    """A MemoryError naming `what` (the hyper-parameters or env arguments that size it) when a buffer of `nbytes` is
+    more than `device` has. torch zero-fills a buffer as it allocates it: one larger than the RAM but within what the
+    allocator grants got the process OOM-killed, the client's too (`podracer train` died with no message). Agents'
+    buffers, envs' per-env state (MuJoCo's MjData) and a generated market are checked with it."""
+    memory = device_memory(device)
+    if memory is not None and nbytes > memory:
+        raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
+                          f"{memory / 2**30:,.1f} GiB of {device}")

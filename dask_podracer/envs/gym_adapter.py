@@ -27,7 +27,7 @@ from gymnasium.envs.registration import EnvSpec
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.devices import device_memory
+from dask_podracer.envs.devices import check_buffer_fits
 
 PREFIX = "gym:"
 
@@ -62,11 +62,8 @@ class GymVecEnv:
                 # each env holds an MjData (gym:Ant-v5: 1.28 MB resident an env, measured): counted before gymnasium
                 # makes them, and by the preflight (`bytes_per_env`)
                 self.bytes_per_env = MJDATA_BYTES
-                memory = device_memory(torch.device("cpu"))
-                if memory is not None and self.num_envs * MJDATA_BYTES > memory:
-                    raise MemoryError(f"{self.name}: {self.num_envs:,} envs need at least "
-                                      f"{self.num_envs * MJDATA_BYTES / 2**30:,.1f} GiB ({MJDATA_BYTES:,} bytes of "
-                                      f"MjData each), more than the {memory / 2**30:,.1f} GiB of this machine")
+                check_buffer_fits(self.num_envs * MJDATA_BYTES, torch.device("cpu"), f"{self.name}: the MjData of "
+                                  f"{self.num_envs:,} envs ({MJDATA_BYTES:,} bytes each)")
             self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
         except gym.error.DependencyNotInstalled as e:

@@ -25,7 +25,7 @@ from gymnasium.utils.seeding import np_random
 from torch import Tensor
 
 from dask_podracer.envs.base import StepResult, canonical_device
-from dask_podracer.envs.devices import device_memory
+from dask_podracer.envs.devices import check_buffer_fits
 from dask_podracer.envs.gym_adapter import MJDATA_BYTES, relay_mujoco_warnings
 from dask_podracer.envs.mujoco_tasks import TASKS, MujocoTask, check_task_fields
 from dask_podracer.envs.mujoco_threads import ThreadedSimulations
@@ -83,11 +83,8 @@ class MujocoVecEnv:
         # 48 GB, after the cluster started (under a 12 GB limit: `FatalError: Could not allocate memory`). The
         # preflight counts `bytes_per_env` too
         self.bytes_per_env = max(MJDATA_BYTES, int(mujoco.MjData(self.model).nbuffer))
-        memory = device_memory(torch.device("cpu"))
-        if memory is not None and self.num_envs * self.bytes_per_env > memory:
-            raise MemoryError(f"Mujoco{task.gym_id}: {self.num_envs:,} envs need at least "
-                              f"{self.num_envs * self.bytes_per_env / 2**30:,.1f} GiB ({self.bytes_per_env:,} bytes "
-                              f"of MjData each), more than the {memory / 2**30:,.1f} GiB of this machine")
+        check_buffer_fits(self.num_envs * self.bytes_per_env, torch.device("cpu"), f"Mujoco{task.gym_id}: the MjData "
+                          f"of {self.num_envs:,} envs ({self.bytes_per_env:,} bytes each)")
         self.sims = ThreadedSimulations(self.model, self.num_envs, task.frame_skip, threads or available_cores(),
                                         task.fields, task.post_constraint)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (task.observation_size(self.model),),

@@ -29,7 +29,7 @@ from dask_podracer.population.retention import (Holders, ReplaySources, checkpoi
                                                 missed_records, own_lines)
 from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers, pin_data
 from dask_podracer.population.monitor import STORE_ANNOTATION, PodracerPage
-from dask_podracer.population.run_lease import check_no_run_going, claim_store, this_client
+from dask_podracer.population.run_lease import check_no_run_going, this_client
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
 from dask_podracer.population.tournament import (BudgetReached, CapacityChanged, Cancel, CheckpointDamaged, Event,
@@ -127,14 +127,6 @@ def run_tournament(config: Config, client: Client | None = None,
     _check_arguments(config, client, scheduler, tls, {"on_progress": on_progress, "on_start": on_start,
                                                       "segment_fn": segment_fn}, poll_seconds)
     config = pin_data(config)
-    with claim_store(config.store_url):  # before the store is checked: a run of this process on it is refused first
-        return _run(config, client, on_progress, scheduler, tls, on_start, segment_fn, poll_seconds)
-
-
-def _run(config: Config, client: Client | None, on_progress: Callable[[Progress], None] | None,
-         scheduler: str | None, tls: TLSFiles | None, on_start: Callable[[Client], None] | None,
-         segment_fn: SegmentFunction, poll_seconds: float) -> RunSummary:
-    """`run_tournament`, once its arguments are checked and its store is held."""
     check_without_cluster(config, embedded=client is None and scheduler is None)
     try:
         trackers = open_trackers(config.logging, config.run.name, config.store_url)  # a missing library
@@ -145,8 +137,8 @@ def _run(config: Config, client: Client | None, on_progress: Callable[[Progress]
         check_resources(active, slots, config.cluster.resource)  # before the store is created
         fresh = not PodracerStore.exists(config.store_url)
         store = PodracerStore(config.store_url, create=True)
-        # held from here to the run's end: a run of another process on a local store is refused now, before either
-        # reads the tables the other would rewrite (store/run_lock.py)
+        # held from here to the run's end: another run on it (of this process, or of another on a local store) is
+        # refused now, before either reads the tables the other would rewrite (store/run_lock.py)
         with store.hold_run():
             try:
                 check_workers(active, config)  # every worker: the store, the env, the agents

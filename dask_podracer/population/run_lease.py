@@ -5,26 +5,19 @@ Two clients on one store would both rewrite its tables from what they read, and 
 delete the other's in-flight parents. A client that was killed is taken over at once on the machine it ran on
 (its process is gone), and from another machine once its run state is HEARTBEATS heartbeats old
 (`podracer status` calls it silent then). Two runs of one process (two threads, or two notebook cells run at
-once, on one cluster) share the process's id: each holds its store in `claim_store` while it runs instead.
+once, on one cluster) share the process's id: the store's hold (`PodracerStore.hold_run`) tells them apart.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from dask_podracer.config import ConfigError
 from dask_podracer.status import DEFAULT_HEARTBEAT, HEARTBEATS, run_phase
-
-
-_GOING: set[str] = set()
-"""The stores that a run of this process is using now (`claim_store`)."""
-_GOING_LOCK = threading.Lock()
 
 
 def this_client() -> dict[str, Any]:
@@ -51,29 +44,3 @@ def check_no_run_going(url: str, state: Mapping[str, Any], now: float | None = N
     where = f"process {pid}" + ("" if here else f" on {host}")
     raise ConfigError(f"store '{url}' has a run going ({where}, state written {ago:.0f}s ago): {remedy}; a client "
                       f"killed on another machine is taken over once its state is {HEARTBEATS * heartbeat:.0f}s old")
-
-
-@contextlib.contextmanager
-def claim_store(url: str) -> Iterator[None]:
-    """Hold store `url` for a run of this process while the block runs; a ConfigError (one line) if another run of
-    this process holds it. The run state's client cannot tell two runs of one process apart (same host and pid),
-    and a fresh store has no run state until the run's first write: without this, both would run on it."""
-    name = _store_name(url)
-    with _GOING_LOCK:
-        if name in _GOING:
-            raise ConfigError(f"store '{url}' has a run going in this process (another thread): wait for it to end, "
-                              "or give another store (--store)")
-        _GOING.add(name)
-    try:
-        yield
-    finally:
-        with _GOING_LOCK:
-            _GOING.discard(name)
-
-
-def _store_name(url: str) -> str:
-    """One name per store, as the store resolves it: a local path (or file:// URL) made absolute with links
-    resolved, any other URL without a trailing slash."""
-    if "://" in url and not url.startswith("file://"):
-        return url.rstrip("/")
-    return os.path.realpath(os.path.expanduser(url.removeprefix("file://")))

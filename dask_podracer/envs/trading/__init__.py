@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from dask_podracer.envs.devices import device_memory
+from dask_podracer.envs.devices import check_buffer_fits
 from dask_podracer.envs.trading import indicators
 from dask_podracer.envs.trading.env import StockTradingVecEnv, checked_number, execute
 from dask_podracer.envs.trading.market import DEFAULT_SPLIT, PERIODS, Market
@@ -52,11 +52,8 @@ OHLCV_BYTES = 5 * 8
 def _check_market_fits(assets: int, days: int) -> None:
     """A MemoryError naming `assets` and `days` when their market alone is more than this machine's memory:
     `assets = 1000000` asked numpy for 149 GiB, and `days = 2e10` ran a Python loop over every day first."""
-    memory = device_memory(torch.device("cpu"))
-    if memory is not None and assets * days * OHLCV_BYTES > memory:
-        raise MemoryError(f"a generated market of assets = {assets:,} and days = {days:,} needs at least "
-                          f"{assets * days * OHLCV_BYTES / 2**30:,.1f} GiB (OHLCV in float64), more than the "
-                          f"{memory / 2**30:,.1f} GiB of this machine")
+    check_buffer_fits(assets * days * OHLCV_BYTES, torch.device("cpu"), f"a generated market of assets = {assets:,} "
+                      f"and days = {days:,} (OHLCV in float64)")
 
 
 @functools.lru_cache(maxsize=8)
