@@ -120,3 +120,25 @@ def test_a_generated_market_beyond_the_machine_is_refused(tmp_path, capsys, kwar
     assert err.startswith("cannot build the env and agents this config asks for on this machine: MemoryError: a "
                           "generated market of assets = "), err
     assert "(OHLCV in float64) needs at least " in err
+
+
+@pytest.mark.parametrize("algorithm, field, value, allowed", [
+    ("sac", "utd_ratio", "1e300", "in (0, 1000] (gradient updates per transition), got 1e+300"),
+    ("dqn", "utd_ratio", "1001.0", "in (0, 1000] (gradient updates per transition), got 1001.0"),
+    ("maddpg", "utd_ratio", "1e300", "in (0, 1000] (gradient updates per team transition), got 1e+300"),
+    ("ppo", "epochs", str(HUGE), f"in [1, 1000], got {HUGE}"),
+    ("mappo", "epochs", str(HUGE), f"in [1, 1000], got {HUGE}"),
+])
+def test_work_per_transition_no_segment_finishes_is_refused(tmp_path, capsys, algorithm, field, value, allowed):
+    # `utd_ratio = 1e300` passed every check and each segment trained forever: a run with a wall-clock budget ended
+    # with 0 segments recorded and nothing said why; `epochs = 10**12` likewise on the first rollout
+    env = "CartPole-v1" if algorithm == "dqn" else "Pendulum-v1"
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "{env}"\nalgorithm = "{algorithm}"\n[hparams]\n{field} = {value}\n')
+    assert err == f"hparams.{field} must be {allowed}", err
+
+
+def test_a_prior_that_can_draw_endless_work_is_refused(tmp_path, capsys):
+    err = _refused(tmp_path, capsys, '[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\n'
+                                     '[search]\nutd_ratio = { log_uniform = [0.5, 2000.0] }\n')
+    assert err == ("search.utd_ratio: its prior can draw 2000.0, and utd_ratio must be in (0, 1000] (gradient updates "
+                   "per transition), got 2000.0"), err

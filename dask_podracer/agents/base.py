@@ -111,6 +111,16 @@ class AlgorithmInfo:
     that every learner's whole `state_dict()` stays identical."""
 
 
+MOST_UPDATES_PER_TRANSITION = 1000.0
+"""The largest `utd_ratio` (gradient updates per env transition) a config may ask for. Published replay ratios reach
+128 (D'Oro et al. 2023); `utd_ratio = 1e300` passed every check, and each segment then trained forever: a run with a
+wall-clock budget ended with 0 segments recorded and nothing said why, one without one never ended."""
+
+MOST_EPOCHS = 1000
+"""The most passes over one rollout (PPO and MAPPO's `epochs`; 3 to 30 is usual). `epochs = 10**12` likewise made
+every segment train forever on its first rollout."""
+
+
 _ALGORITHMS: dict[str, AlgorithmInfo] = {}
 
 

@@ -33,7 +33,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents.base import (MOST_UPDATES_PER_TRANSITION, AlgorithmInfo, Metrics, adam, register_algorithm,
+                                       regress, set_learning_rate)
 from dask_podracer.agents.mappo import agent_ends, own_action_mask, per_agent, with_agent_id
 from dask_podracer.agents.networks import ActionScale, mlp, soft_update
 from dask_podracer.agents.replay import ReplayBuffer
@@ -80,7 +81,8 @@ class MADDPGConfig:
         checks = [
             ("num_envs", self.num_envs >= 1, ">= 1"),
             ("steps_per_iteration", self.steps_per_iteration >= 1, ">= 1"),
-            ("utd_ratio", self.utd_ratio > 0, "> 0"),
+            ("utd_ratio", 0 < self.utd_ratio <= MOST_UPDATES_PER_TRANSITION,
+             f"in (0, {MOST_UPDATES_PER_TRANSITION:g}] (gradient updates per team transition)"),
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("buffer_size", self.buffer_size >= max(self.batch_size, per_iteration),
              f">= batch_size and num_envs * steps_per_iteration (= {per_iteration})"),

@@ -31,7 +31,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import AlgorithmInfo, Metrics, adam, register_algorithm, regress, set_learning_rate
+from dask_podracer.agents.base import (MOST_EPOCHS, AlgorithmInfo, Metrics, adam, register_algorithm, regress,
+                                       set_learning_rate)
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.ppo import PolicyHead, _orthogonal_init, clipped_surrogate_loss, value_loss
 from dask_podracer.agents.rollout import RolloutBuffer, compute_gae, explained_variance
@@ -97,7 +98,7 @@ class MAPPOConfig:
             ("ent_coef", self.ent_coef >= 0, ">= 0"),
             ("vf_coef", self.vf_coef > 0, "> 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
-            ("epochs", self.epochs >= 1, ">= 1"),
+            ("epochs", 1 <= self.epochs <= MOST_EPOCHS, f"in [1, {MOST_EPOCHS}]"),
             ("num_minibatches", 1 <= self.num_minibatches <= self.batch_size,
              f"in [1, batch_size={self.batch_size}]"),
             ("hidden", len(self.hidden) >= 1 and min(self.hidden) >= 1, "a non-empty list of sizes >= 1"),

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from dask_podracer.agents.base import Metrics
+from dask_podracer.agents.base import MOST_UPDATES_PER_TRANSITION, Metrics
 from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.ensemble import COMBINE_MODES
 from dask_podracer.agents.loop import SequentialLoop
@@ -108,7 +108,8 @@ def validate_offpolicy(cfg: Any) -> None:
     object.__setattr__(cfg, "hidden", tuple(int(h) for h in cfg.hidden))
     check(cfg, "num_envs", cfg.num_envs >= 1, ">= 1")
     check(cfg, "steps_per_iteration", cfg.steps_per_iteration >= 1, ">= 1")
-    check(cfg, "utd_ratio", cfg.utd_ratio > 0, "> 0")
+    check(cfg, "utd_ratio", 0 < cfg.utd_ratio <= MOST_UPDATES_PER_TRANSITION,
+          f"in (0, {MOST_UPDATES_PER_TRANSITION:g}] (gradient updates per transition)")
     check(cfg, "batch_size", cfg.batch_size >= 1, ">= 1")
     check(cfg, "buffer_size", cfg.buffer_size >= cfg.batch_size, ">= batch_size")
     # An iteration's transitions must all fit: a smaller ring would overwrite them before any update.

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from dask_podracer.agents import captured
-from dask_podracer.agents.base import (ALONE, AlgorithmInfo, Metrics, Peers, observation_width, register_algorithm,
-                                       regress)
+from dask_podracer.agents.base import (ALONE, MOST_EPOCHS, AlgorithmInfo, Metrics, Peers, observation_width,
+                                       register_algorithm, regress)
 from dask_podracer.agents.captured import COMPILE_MODES
 from dask_podracer.agents.networks import ActionScale, mlp
 from dask_podracer.agents.normalization import ObservationNormalizer, RewardNormalizer
@@ -107,7 +107,7 @@ class PPOConfig:
             ("ent_coef", self.ent_coef >= 0, ">= 0"),
             ("vf_coef", self.vf_coef > 0, "> 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
-            ("epochs", self.epochs >= 1, ">= 1"),
+            ("epochs", 1 <= self.epochs <= MOST_EPOCHS, f"in [1, {MOST_EPOCHS}]"),
             ("num_minibatches", 1 <= self.num_minibatches <= self.batch_size,
              f"in [1, batch_size={self.batch_size}]"),
             ("target_kl", self.target_kl is None or self.target_kl > 0, "None or > 0"),
