@@ -77,24 +77,27 @@ def test_a_teams_eval_episodes_beyond_the_machine_are_refused(tmp_path, capsys, 
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs the mujoco extra")
-@pytest.mark.parametrize("env, kwargs", [("MujocoAnt-v5", {"threads": 1}), ("gym:Ant-v5", {})])
-def test_mujoco_envs_count_their_mjdata(tmp_path, capsys, monkeypatch, env, kwargs):
+@pytest.mark.parametrize("env, kwargs, each, built", [
+    ("MujocoAnt-v5", {"threads": 1}, "410,067", "the MjData of 10,000,000,000,000 envs \\(409,600 bytes each\\)"),
+    # gymnasium's env objects too
+    ("gym:Ant-v5", {}, "412,067", "10,000,000,000,000 envs and their MjData \\(411,600 bytes each\\)"),
+])
+def test_mujoco_envs_count_their_mjdata(tmp_path, capsys, monkeypatch, env, kwargs, each, built):
     # an MjData is 450-480 KB resident (gym:Ant-v5's envs 1.28 MB): 100,000 of them are 48 GB, built by a worker
     # after the cluster started
     env_kwargs = "".join(f"env_kwargs = {{ {key} = {value} }}\n" for key, value in kwargs.items())
     err = _refused(tmp_path, capsys, f'[run]\nenv = "{env}"\n{env_kwargs}algorithm = "sac"\n'
                                      f'[segment]\neval_episodes = 100000000\n')
     assert err.startswith(f"segment.eval_episodes = 100,000,000 envs of '{env}' need at least "), err
-    assert "GiB (410,067 bytes each)" in err  # the MjData's floor, not only an observation's and action's bytes
+    assert f"GiB ({each} bytes each)" in err  # the MjData's floor, not only an observation's and action's bytes
     # num_envs too, where the agent's buffer fits: 100,000 transitions of Ant are 88 MB, its envs 38 GiB (more than
     # the 16 GiB this machine is said to have)
     monkeypatch.setattr(preflight.psutil, "virtual_memory", lambda: SimpleNamespace(total=16 * 2**30))
     err = _refused(tmp_path, capsys, f'[run]\nenv = "{env}"\n{env_kwargs}algorithm = "sac"\n'
                                      f'[hparams]\nnum_envs = 100000\nbuffer_size = 100000\n')
-    assert err == (f"hparams.num_envs = 100,000 envs of '{env}' need at least 38.2 GiB (410,067 bytes each), more "
-                   f"than this machine's 16.0 GiB"), err
-    with pytest.raises(MemoryError, match=rf"^{env}: the MjData of 10,000,000,000,000 envs \(409,600 bytes each\) "
-                                          rf"needs at least [\d,.]+ GiB, more than the "):
+    assert err.startswith(f"hparams.num_envs = 100,000 envs of '{env}' need at least 38.") and err.endswith(
+        f" GiB ({each} bytes each), more than this machine's 16.0 GiB"), err
+    with pytest.raises(MemoryError, match=rf"^{env}: {built} needs at least [\d,.]+ GiB, more than the "):
         make_vec_env(env, HUGE, device="cpu", **kwargs)
 
 
@@ -142,3 +145,14 @@ def test_a_prior_that_can_draw_endless_work_is_refused(tmp_path, capsys):
                                      '[search]\nutd_ratio = { log_uniform = [0.5, 2000.0] }\n')
     assert err == ("search.utd_ratio: its prior can draw 2000.0, and utd_ratio must be in (0, 1000] (gradient updates "
                    "per transition), got 2000.0"), err
+
+
+def test_plain_gymnasium_envs_count_their_objects(tmp_path, capsys):
+    # each gymnasium env is 2.3-3 KB of Python objects (CartPole, Pendulum, Acrobot), and 0.5-1 ms to build: counted
+    # as its observation and step alone (35 bytes), `eval_episodes = 100000000` passed and a worker built envs for hours
+    err = _refused(tmp_path, capsys, '[run]\nenv = "gym:CartPole-v1"\nalgorithm = "ppo"\n'
+                                     '[segment]\neval_episodes = 100000000\n')
+    assert err.startswith("segment.eval_episodes = 100,000,000 envs of 'gym:CartPole-v1' need at least 189.9 GiB "
+                          "(2,039 bytes each), more than this machine's "), err
+    with pytest.raises(MemoryError, match=r"^gym:CartPole-v1: 10,000,000,000,000 envs \(2,000 bytes each\) needs at "):
+        make_vec_env("gym:CartPole-v1", HUGE, device="cpu")

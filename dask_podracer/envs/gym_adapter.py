@@ -37,6 +37,12 @@ MJDATA_BYTES = 400 * 2**10
 model and 482 KB for Ant's, once made (its data buffer, 5-23 KB of it, zero-filled; the rest, the same for any
 model, comes with making it)."""
 
+GYM_ENV_BYTES = 2_000
+"""A floor on the memory of any one gymnasium env (the Env and its wrappers, as Python objects): 2.3-3.0 KB measured
+for Acrobot, CartPole, Pendulum and MountainCarContinuous with gymnasium 1.2 (tracemalloc, 2,000 envs; FrozenLake 24
+KB). With the 35 bytes of its observation and step counted alone, `segment.eval_episodes = 100000000` on a gym: env
+passed the preflight and then built envs on a worker for hours."""
+
 
 class GymVecEnv:
     """A gymnasium vector env presented as our VecEnv (torch tensors on `device`, float32 obs and reward)."""
@@ -57,13 +63,16 @@ class GymVecEnv:
         self._seed = seed
         try:
             spec = env_id if isinstance(env_id, EnvSpec) else gym.spec(_import_registering_module(env_id))
+            # each env is Python objects, and a MuJoCo one holds an MjData too (gym:Ant-v5: 1.28 MB resident an env,
+            # measured): counted before gymnasium makes them, and by the preflight (`bytes_per_env`)
+            self.bytes_per_env = GYM_ENV_BYTES
+            what = "envs"
             if "mujoco" in str(spec.entry_point):
                 relay_mujoco_warnings()
-                # each env holds an MjData (gym:Ant-v5: 1.28 MB resident an env, measured): counted before gymnasium
-                # makes them, and by the preflight (`bytes_per_env`)
-                self.bytes_per_env = MJDATA_BYTES
-                check_buffer_fits(self.num_envs * MJDATA_BYTES, torch.device("cpu"), f"{self.name}: the MjData of "
-                                  f"{self.num_envs:,} envs ({MJDATA_BYTES:,} bytes each)")
+                self.bytes_per_env += MJDATA_BYTES
+                what = "envs and their MjData"
+            check_buffer_fits(self.num_envs * self.bytes_per_env, torch.device("cpu"),
+                              f"{self.name}: {self.num_envs:,} {what} ({self.bytes_per_env:,} bytes each)")
             self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
                                     vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
         except gym.error.DependencyNotInstalled as e:
