@@ -156,3 +156,17 @@ def test_plain_gymnasium_envs_count_their_objects(tmp_path, capsys):
                           "(2,039 bytes each), more than this machine's "), err
     with pytest.raises(MemoryError, match=r"^gym:CartPole-v1: 10,000,000,000,000 envs \(2,000 bytes each\) needs at "):
         make_vec_env("gym:CartPole-v1", HUGE, device="cpu")
+
+
+def test_more_actors_than_the_embedded_cluster_will_have_is_refused_before_it_starts(tmp_path):
+    # `actors.workers = 1000000` was refused only once a cluster of this machine's cores had started for it: the
+    # checks made before any cluster (`check_without_cluster`) refuse it now
+    from dask_podracer.config import ConfigError, config_from_dict
+    config = config_from_dict({"run": {"env": "CartPole-v1", "algorithm": "impala", "store": str(tmp_path / "s.zarr")},
+                               "cluster": {"workers": 3}, "actors": {"workers": 1000000}})
+    with pytest.raises(ConfigError, match=r"actors.workers = 1000000 needs 1000001 slots per segment \(a learner and "
+                                          r"1000000 actors\) but the cluster offers 3 \(CPU\); lower actors.workers"):
+        preflight.check_without_cluster(config, embedded=True)
+    config = config_from_dict({"run": {"env": "CartPole-v1", "algorithm": "impala", "store": str(tmp_path / "s.zarr")},
+                               "cluster": {"workers": 3}, "actors": {"workers": 2}})
+    preflight.check_without_cluster(config, embedded=True)  # a learner and 2 actors fit 3 workers

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any
 
 import gymnasium
 import psutil
+import torch
 from distributed import Client
 
 from dask_podracer.agents import algorithm_info, make_agent
@@ -21,7 +23,8 @@ from dask_podracer.config import Config, ConfigError, GroupConfig
 from dask_podracer.envs import VecEnvCheckError, check_vec_env, make_vec_env
 from dask_podracer.envs.multi_agent import is_multi_agent
 from dask_podracer.envs.registry import DATA_PIN_KEYS, module_imported_by, same_env, with_data_pins
-from dask_podracer.population.cluster import GPU, ClusterError, Slots, cluster_slots, gpu_share_of
+from dask_podracer.population.cluster import (CPU, GPU, ClusterError, Slots, cluster_slots, gpu_share_of,
+                                              worker_layout)
 from dask_podracer.population.run_lease import check_no_run_going
 from dask_podracer.population.tournament import config_values
 from dask_podracer.store import PodracerStore, StoreError
@@ -97,6 +100,7 @@ def check_without_cluster(config: Config, *, embedded: bool = False) -> None:
     _check_pool_fits(config)
     if embedded:
         _check_embedded_workers_fit(config)
+        _check_embedded_slots(config)
     if embedded and config.segment.device != "auto":
         try:  # the embedded cluster's workers are this machine's processes: what it lacks, they lack
             usable_device(config.segment.device)
@@ -139,6 +143,18 @@ def _check_embedded_workers_fit(config: Config) -> None:
                           f"{workers * WORKER_PROCESS_BYTES / 2**30:,.0f} GiB (each imports torch: "
                           f"{WORKER_PROCESS_BYTES // 2**20} MiB or more), more than this machine's "
                           f"{memory / 2**30:,.0f} GiB; the embedded cluster runs them all here")
+
+
+def _check_embedded_slots(config: Config) -> None:
+    """With [actors] or [learners], the slots the embedded cluster will offer are known before it starts (on a
+    machine without GPUs: its worker processes times their threads): a segment needing more is refused now, not
+    after a cluster of this machine's cores started for it (`actors.workers = 1000000` was, seconds later). With
+    GPUs the count depends on how they are shared, and the check waits for the cluster's own answer."""
+    if config.slots_per_segment == 1 or config.cluster.resource == GPU or torch.cuda.device_count():
+        return
+    layout = worker_layout(config.cluster, 0, os.cpu_count() or 1, config.segment.torch_threads)
+    resources = None if config.cluster.resource == "none" else {CPU: 1}
+    check_segment_slots(config, Slots(resources, layout.workers * layout.threads))
 
 
 def _check_network_fits(group: GroupConfig, env: Any, field: str) -> None:
