@@ -208,9 +208,9 @@ def test_saving_with_a_replay_base_that_is_not_stored_is_refused(tmp_path):
 
     store = PodracerStore(tmp_path / "s.zarr", create=True)
     agent = make_agent("sac", Box(-1, 1, (3,)), Box(-2, 2, (1,)), {"hidden": [8], "num_envs": 2})
-    result = SegmentResult(key="s000001-aaaaaaaa", parent=None, algorithm="sac", env="Pendulum-v1", hparams={},
-                           score=0.0, segment_env_steps=0, lineage_env_steps=0, train_seconds=0.0, eval_seconds=0.0,
-                           generation=0, device="cpu", metrics={})
+    result = SegmentResult(key="s000001-aaaaaaaa", parent=None, algorithm="sac", env="Pendulum-v1",
+                           hparams={"hidden": [8], "num_envs": 2}, score=0.0, segment_env_steps=0, lineage_env_steps=0,
+                           train_seconds=0.0, eval_seconds=0.0, generation=0, device="cpu", metrics={})
     with pytest.raises(ValueError, match="replay_base 's000000-bbbbbbbb' is not a checkpoint of store"):
         save_agent(store, result.key, agent, result, 0, replay_base="s000000-bbbbbbbb", own_rows=5)
     with pytest.raises(ValueError, match="own_rows must be an integer >= 0, got -5"):
@@ -268,6 +268,37 @@ def _saved_sac(tmp_path):
                            generation=0, device="cpu", metrics={})
     save_agent(store, result.key, agent, result, 0)
     return store, result.key
+
+
+@pytest.mark.parametrize("algorithm, hparams, says", [
+    # a PPO checkpoint of a SAC agent's tensors was stored, and failed only when it was loaded
+    ("ppo", {"hidden": [8], "num_envs": 2}, "result.algorithm is 'ppo' but the agent is a 'sac' agent: its "
+                                            "checkpoint would not load"),
+    ("sac", {"hidden": [16], "num_envs": 2}, "result.hparams do not describe the agent: hidden is (16,) there and "
+                                             "(8,) in the agent: its checkpoint would load as another agent"),
+    ("sac", {}, "result.hparams do not describe the agent: num_envs is 4 there and 2 in the agent (1 more differ)"),
+    ("sac", {"hiden": [8]}, "result.hparams do not describe the agent: unknown key result.hparams.hiden"),
+])
+def test_saving_an_agent_with_a_result_of_another_is_refused(tmp_path, algorithm, hparams, says):
+    from gymnasium.spaces import Box
+
+    from dask_podracer.agents import make_agent
+    from dask_podracer.train import SegmentResult, load_agent, save_agent
+
+    store = PodracerStore(tmp_path / "s.zarr", create=True)
+    agent = make_agent("sac", Box(-1, 1, (3,)), Box(-2, 2, (1,)), {"hidden": [8], "num_envs": 2})
+    result = SegmentResult(key="s000001-aaaaaaaa", parent=None, algorithm=algorithm, env="Pendulum-v1",
+                           hparams=hparams, score=0.0, segment_env_steps=0, lineage_env_steps=0, train_seconds=0.0,
+                           eval_seconds=0.0, generation=0, device="cpu", metrics={})
+    with pytest.raises(ValueError) as refused:
+        save_agent(store, result.key, agent, result, 0)
+    assert str(refused.value).startswith(says), str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert store.checkpoint_keys() == []
+    # the agent's own description saves, and loads back
+    save_agent(store, result.key, agent, dataclasses.replace(result, algorithm="sac",
+                                                             hparams={"hidden": [8], "num_envs": 2}), 0)
+    assert load_agent(store, result.key).config == agent.config
 
 
 def test_loading_with_hparams_of_other_networks_names_them_in_one_line(tmp_path):

@@ -7,13 +7,14 @@ The attributes written are `store.records.CheckpointAttrs`; the arrays are the a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import PurePath
 
 import numpy as np
 import torch
 
-from dask_podracer.agents import Agent, make_agent
+from dask_podracer.agents import Agent, algorithm_info, make_agent
 from dask_podracer.agents.prioritized_replay import DEFAULT_PRIORITY, PRIORITY
 from dask_podracer.envs import check_env_named, make_vec_env
 from dask_podracer.envs.registry import same_env
@@ -21,6 +22,7 @@ from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.store.records import CheckpointAttrs
 from dask_podracer.train.spec import SegmentError, SegmentResult, SegmentSpec
 from dask_podracer.train.state import flatten_state, unflatten_state
+from dask_podracer.typed_fields import dataclass_from
 
 
 def _check_store(store: object) -> None:
@@ -53,6 +55,7 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
     """Save `agent` under `key`. With `replay_base`, only the newest `own_rows` replay rows are stored and
     the older ones by reference to that checkpoint's buffer (`"replay_base": {"key", "rows"}`)."""
     _check_store(store)
+    _check_result_describes(agent, result)
     if isinstance(own_rows, bool) or not isinstance(own_rows, int) or own_rows < 0:
         raise ValueError(f"own_rows must be an integer >= 0, got {own_rows!r}")
     if replay_base is not None and not store.has_checkpoint(replay_base):
@@ -76,6 +79,37 @@ def save_agent(store: PodracerStore, key: str, agent: Agent, result: SegmentResu
         "env_kwargs": result.env_kwargs, "device": result.device, **extra,
     }
     store.save_checkpoint(key, arrays, attrs)
+
+
+HOW_IT_RAN = frozenset({"compile"})
+"""Hyper-parameters a segment may settle for itself without making another agent: `compile = "auto"` is given to
+the agent as "off" where graphs are not captured (train/segment.py), and the result keeps what was asked."""
+
+
+def _check_result_describes(agent: Agent, result: SegmentResult) -> None:
+    """A ValueError, before anything is written, when `result`'s algorithm or hyper-parameters are not `agent`'s:
+    its checkpoint is rebuilt from them (`load_agent`, a child segment), so a PPO `algorithm` saved with a SAC
+    agent's tensors was stored and failed only when loaded. The agent's own `algorithm` and `config` are compared,
+    not its class: an actor-learner segment saves a wrapper of its IMPALA agent."""
+    algorithm = getattr(agent, "algorithm", result.algorithm)
+    if algorithm != result.algorithm:
+        raise ValueError(f"result.algorithm is {result.algorithm!r} but the agent is a {algorithm!r} agent: its "
+                         f"checkpoint would not load")
+    config = getattr(agent, "config", None)
+    if config is None or not dataclasses.is_dataclass(config):
+        return
+    try:
+        described = dataclass_from(algorithm_info(algorithm).config_cls, result.hparams, "result.hparams")
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"result.hparams do not describe the agent: {e}") from None
+    differ = [f.name for f in dataclasses.fields(config)
+              if f.name not in HOW_IT_RAN and getattr(config, f.name) != getattr(described, f.name)]
+    if differ:
+        name = differ[0]
+        raise ValueError(f"result.hparams do not describe the agent: {name} is {getattr(described, name)!r} there "
+                         f"and {getattr(config, name)!r} in the agent"
+                         f"{f' ({len(differ) - 1} more differ)' if len(differ) > 1 else ''}: its checkpoint would "
+                         f"load as another agent")
 
 
 def load_agent(store: PodracerStore, key: str, device: str | torch.device = "cpu",
