@@ -1,8 +1,8 @@
 """Algorithms: an Agent protocol, a registry by name; SAC, DDPG, TD3, PPO, A2C and the DQN family."""
 
 from dask_podracer.agents import a2c, ddpg, dqn, impala, maddpg, mappo, ppo, sac, td3  # noqa: F401  (registers them)
-from dask_podracer.agents.base import (Agent, AlgorithmInfo, algorithm_info, make_agent, register_algorithm,
-                                       registered_algorithms)
+from dask_podracer.agents.base import (Agent, AlgorithmInfo, algorithm_config, algorithm_info, make_agent,
+                                       register_algorithm, registered_algorithms)
 
 
 def finish_training(agent: Agent) -> None:
@@ -11,5 +11,5 @@ def finish_training(agent: Agent) -> None:
     agent.finish()
 
 
-__all__ = ["Agent", "AlgorithmInfo", "algorithm_info", "make_agent", "register_algorithm", "registered_algorithms",
-           "finish_training"]
+__all__ = ["Agent", "AlgorithmInfo", "algorithm_config", "algorithm_info", "make_agent", "register_algorithm",
+           "registered_algorithms", "finish_training"]

@@ -147,9 +147,15 @@ def make_agent(name: str, observation_space: gym.spaces.Space, action_space: gym
     info = algorithm_info(name)
     if not isinstance(hparams, Mapping):
         raise ConfigError(f"hparams must be a mapping of hyper-parameters, got {type(hparams).__name__}")
-    config = dataclass_from(info.config_cls, hparams, "hparams")
+    config = algorithm_config(name, hparams)
     check_action_space(action_space, name)
     return info.factory(observation_space, action_space, config, torch.device(device))
+
+
+def algorithm_config(name: str, hparams: Mapping[str, Any], field: str = "hparams") -> Any:
+    """Algorithm `name`'s config dataclass of `hparams`, each held to its type and rules (a ConfigError or
+    ValueError naming `field`.<key> when one is not)."""
+    return dataclass_from(algorithm_info(name).config_cls, hparams, field)
 
 
 def observation_width(space: gym.spaces.Space, algorithm: str) -> int:

@@ -14,7 +14,7 @@ from pathlib import PurePath
 import numpy as np
 import torch
 
-from dask_podracer.agents import Agent, algorithm_info, make_agent
+from dask_podracer.agents import Agent, algorithm_config, make_agent
 from dask_podracer.agents.prioritized_replay import DEFAULT_PRIORITY, PRIORITY
 from dask_podracer.envs import check_env_named, make_vec_env
 from dask_podracer.envs.registry import same_env
@@ -22,7 +22,6 @@ from dask_podracer.store import PodracerStore, StoreError
 from dask_podracer.store.records import CheckpointAttrs
 from dask_podracer.train.spec import SegmentError, SegmentResult, SegmentSpec
 from dask_podracer.train.state import flatten_state, unflatten_state
-from dask_podracer.typed_fields import dataclass_from
 
 
 def _check_store(store: object) -> None:
@@ -99,7 +98,7 @@ def _check_result_describes(agent: Agent, result: SegmentResult) -> None:
     if config is None or not dataclasses.is_dataclass(config):
         return
     try:
-        described = dataclass_from(algorithm_info(algorithm).config_cls, result.hparams, "result.hparams")
+        described = algorithm_config(algorithm, result.hparams, "result.hparams")
     except (ValueError, TypeError) as e:
         raise ValueError(f"result.hparams do not describe the agent: {e}") from None
     differ = [f.name for f in dataclasses.fields(config)
