@@ -32,7 +32,8 @@ class StoreStatus:
     store: str
     state: str
     """`running`, `finished`, `stopped` (interrupted: Ctrl-C, a lost scheduler), `silent` (not finished and
-    not written for more than 3 heartbeats: a killed client) or `new` (no run has written its state)."""
+    not written for more than 3 heartbeats: a killed client), `unrecorded` (a state an older dask_podracer wrote,
+    which recorded neither how its invocation ended nor when: not running) or `new` (no run has written its state)."""
     stop_reason: str | None
     started_at: float | None
     """When the current (or last) invocation started, Unix seconds."""
@@ -158,6 +159,9 @@ def _run_line(s: StoreStatus) -> str:
     written = f"state written {_ago(s.checked_at - s.written_at)} ago" if s.written_at else "state never dated"
     if s.state == "new":
         return "no run has written its state yet (a new store, or one written before run states existed)"
+    if s.state == "unrecorded":
+        return ("not running: its state, written by an older dask_podracer, does not record how its last invocation "
+                f"ended; the next `podracer train` on this store starts a new budget; {invocations}")
     if s.state == "running":
         since = f"since {_date(s.started_at)} ({_duration(s.checked_at - s.started_at)})" if s.started_at else ""
         return f"RUNNING {since}; {written}; {invocations}"
@@ -190,9 +194,13 @@ def _budget_line(s: StoreStatus) -> str:
 
 def run_phase(state: Mapping[str, Any], now: float) -> str:
     """What a run state says of its run: new, finished, stopped, running (written within HEARTBEATS heartbeats)
-    or silent (its client stopped writing without ending: killed, or cut off from the store)."""
+    or silent (its client stopped writing without ending: killed, or cut off from the store); unrecorded for a
+    state of an older dask_podracer that records neither whether it finished nor when it was written."""
     if not state:
         return "new"
+    if "finished" not in state and not state.get("stop_reason") and _number(state.get("written_at")) is None:
+        # written by a dask_podracer before 2026-11-24, which recorded neither how an invocation ended nor when
+        return "unrecorded"
     if state.get("finished"):
         return "finished"
     if state.get("stop_reason"):

@@ -14,8 +14,11 @@ The Zarr tree (format_version 2; version 1 stores and checkpoints are read too):
           <escaped array name>/  array  one chunk, no compression, native byte order
       leaderboard/               group  {"entries": [{...}, ...]}   ranked, replaced as a whole
       history/                   group
-        <block, 8 digits>/       group  {"records": [{...}, ...]}   up to 100 records each, in order
-      run/                       group  {"state": {...}}            the orchestrator's run state
+        <block, 8 digits>/       group  {"records_json": "[{...}, ...]"}   up to 100 records each, in order
+      run/                       group  {"state_json": "{...}"}     the orchestrator's run state
+      pins/                      group  <key>/ {"reason": ..., "pinned_at": ...}: kept by retention
+
+docs/store-format.md has the whole format, what older versions wrote, and how their stores are upgraded.
 
 Keys match ``[A-Za-z0-9_.-]+``. Array names are arbitrary strings; as node names, characters
 outside ``[A-Za-z0-9_.]`` are written ``-XX`` per UTF-8 byte (``"a/b-c"`` -> ``"a-2Fb-2Dc"``),
@@ -26,7 +29,8 @@ write is the last step of a save and replaces one file atomically (see ``_zarrio
 zarr's LocalStore guarantees). Its checksum is a sha256 over every array (name, dtype, shape,
 bytes) and the canonical JSON of its attrs (see ``format.checksum``); loading verifies it.
 
-Changelog: 1 - first version.
+Changelog: 2 - history as `records_json`, shared replay (`replay_base`); the first write of this version to an
+older store raises its root's version (PodracerStore._upgrade_root). 1 - first version.
 """
 
 from .checkpoints import Checkpoint

@@ -81,8 +81,11 @@ class PodracerStore:
                 self._create()
             except OSError as e:  # not a lost scheduler, whatever the caller was doing
                 raise StoreError(f"cannot create store '{self._url}': {e.strerror or e}") from None
+            self._version = FORMAT_VERSION
         else:
             _check_root(root, self._url)
+            self._version: int = root["attributes"]["format_version"]
+            """The root's format_version as opened: an older one is raised by the first write (`_upgrade_root`)."""
             if create:  # complete a creation that was interrupted after the root was written
                 self._create_children()
 
@@ -95,6 +98,23 @@ class PodracerStore:
         except ContainsGroupError:  # another process created it at the same moment
             _check_root(read_json(self._store, "zarr.json", self._url) or {}, self._url)
         self._create_children()
+
+    def _upgrade_root(self) -> None:
+        """Raise an older store's root format_version to this code's before the first thing this code writes to it.
+
+        What this code writes is of its own version (history blocks as `records_json`, version 2 checkpoints), and
+        a reader of the older version would misread it (a version 1 reader sees an empty history, and its next
+        append replaces the block it cannot read): with the root raised, that reader refuses the store in one
+        line instead. Opening and reading never upgrade: only the writers call this."""
+        if self._version >= FORMAT_VERSION:
+            return
+        root = read_json(self._store, "zarr.json", self._url) or {}
+        _check_root(root, self._url)  # another process may have changed it since this one opened the store
+        attrs = dict(root.get("attributes") or {})
+        if attrs.get("format_version", 0) < FORMAT_VERSION:
+            attrs["format_version"] = FORMAT_VERSION
+            tables.write_attrs(self._store, "", attrs)  # one atomic rewrite of the root's zarr.json
+        self._version = FORMAT_VERSION
 
     def _create_children(self) -> None:
         # created once here, so workers adding checkpoints/<key> never need to write shared metadata
@@ -196,6 +216,7 @@ class PodracerStore:
                 f"checkpoint '{key}' already exists in store '{self._url}'; checkpoints are immutable, use a fresh key"
             )
         digest = checksum(ready, json_attrs)
+        self._upgrade_root()
         try:
             ck.write_arrays(self._store, key, ready)
             ck.publish(self._store, key, list(ready), json_attrs, digest)
@@ -344,16 +365,20 @@ class PodracerStore:
 
     def write_leaderboard(self, entries: Sequence[Mapping]) -> None:
         """Replace the whole table in one atomic write."""
+        self._upgrade_root()
         tables.write_leaderboard(self._store, entries, self._url)
 
     def append_history(self, record: Mapping) -> None:
         """Append one record (a finished or failed segment)."""
         if not isinstance(record, Mapping):
             raise TypeError(f"a history record of store '{self._url}' must be a mapping, got {type(record).__name__}")
+        self._upgrade_root()
         tables.append_history(self._store, [record], self._url)
 
     def extend_history(self, records: Sequence[Mapping]) -> None:
         """Append several records in order, writing each touched history block once."""
+        if records:
+            self._upgrade_root()
         tables.append_history(self._store, records, self._url)
 
     def read_history(self) -> list[dict]:
@@ -366,4 +391,5 @@ class PodracerStore:
 
     def write_run_state(self, state: Mapping) -> None:
         """Replace the run state in one atomic write."""
+        self._upgrade_root()
         tables.write_run_state(self._store, state, self._url)
