@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -47,9 +48,10 @@ def get(url: str) -> str:
         return response.read().decode()
 
 
-def live(url: str) -> dict:
-    """What the live page's document holds now, as a fresh browser session would receive it."""
-    with pull_session(url=url) as session:
+def live(url: str, **arguments: str) -> dict:
+    """What the live page's document holds now, as a fresh browser session would receive it (`arguments`: the
+    page's query, `?store=`)."""
+    with pull_session(url=url, arguments=arguments or None) as session:
         doc = session.document
         board, pool = (doc.select_one({"name": f"podracer-{name}"}) for name in ("leaderboard", "pool"))
         figures = [doc.select_one({"name": f"podracer-reward-vs-{x}"}) for x in ("wall", "steps")]
@@ -127,6 +129,23 @@ def test_the_live_page_shows_the_training_pool_then_the_leaderboard(embedded, tm
     for points in page["points"]:  # both figures: one point per finished segment, coloured by agent
         assert sorted(points["score"]) == sorted(r["score"] for r in finished)
         assert sorted(set(points["agent"])) == ["agent 0", "agent 1"]
+
+
+def test_the_live_page_shows_the_run_its_query_names_and_links_to_the_others(embedded, tmp_path):
+    # runs sharing a scheduler each keep their page: the newest is the default, `?store=` picks another
+    client, base = embedded
+    first, second = tmp_path / "first.zarr", tmp_path / "second.zarr"
+    for store_path in (first, second):
+        run_tournament(tiny_config(store_path, max_segments=1), client)
+    page = live(f"{base}/individual-podracer")
+    assert f"store <code>{second}</code>" in page["header"]
+    assert f"<a href='?store={urllib.parse.quote(str(first), safe='')}'>{first}</a>" in page["header"]
+    assert f"<b>{second}</b>" in page["header"]
+    asked = live(f"{base}/individual-podracer", store=str(first))
+    assert f"store <code>{first}</code>" in asked["header"]
+    assert asked["board"]["key"] == [e["key"] for e in PodracerStore(first).read_leaderboard()] != []
+    assert page["board"]["key"] == [e["key"] for e in PodracerStore(second).read_leaderboard()]
+    assert "no run of this store on this scheduler" in live(f"{base}/individual-podracer", store="x.zarr")["header"]
 
 
 @contextlib.contextmanager

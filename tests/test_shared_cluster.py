@@ -6,6 +6,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,11 @@ def users_task(release: str) -> str:
     while not Path(release).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return "done"
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
 
 
 def wait_for_new_segment(scheduler, known: set[str], seconds: float = 60.0) -> str:
@@ -112,9 +119,24 @@ def test_the_page_lists_the_segments_of_its_own_run_only(cluster, tmp_path):
         while getattr(scheduler.tasks.get("segment-of-the-user"), "state", None) != "processing":
             assert time.monotonic() < deadline, "the user's task never started"
             time.sleep(0.05)
-        snapshot = current_snapshot_now(scheduler)
+        snapshot = current_snapshot_now(scheduler)  # the newest run going
         assert snapshot.store_url == str(tmp_path / "second.zarr")
         assert [r.key for r in snapshot.running] == [second_only]  # neither first_b nor the user's task
+        assert snapshot.runs == (str(tmp_path / "first.zarr"), str(tmp_path / "second.zarr"))
+        asked = current_snapshot_now(scheduler, str(tmp_path / "first.zarr"))  # a page's ?store=
+        assert asked.store_url == str(tmp_path / "first.zarr") and [r.key for r in asked.running] == [first_b]
+        # the second run ends while the first goes on: the page follows the run still going (it kept the second's)
+        (release / second_only).touch()
+        second.join(60)
+        snapshot = current_snapshot_now(scheduler)
+        assert snapshot.store_url == str(tmp_path / "first.zarr")
+        assert [r.key for r in snapshot.running] == [first_b]
+        # the plain page, over HTTP: the run asked for, with a link to the other
+        base = f"http://127.0.0.1:{scheduler.http_server.port}/podracer.html"
+        page = get(f"{base}?store={urllib.parse.quote(str(tmp_path / 'second.zarr'), safe='')}")
+        assert f"store: <code>{tmp_path / 'second.zarr'}</code>" in page
+        assert f"<a href='?store={urllib.parse.quote(str(tmp_path / 'first.zarr'), safe='')}'>" in page
+        assert "no run of this store on this scheduler" in get(f"{base}?store=elsewhere.zarr")
     finally:
         for key in (first_b, second_only, "user"):
             (release / key).touch()

@@ -30,7 +30,8 @@ from dask_podracer.dashboard.plots import LEGEND_AGENTS, curves  # above it, hov
 from dask_podracer.dashboard.policy_lag import lag_columns, lag_figure
 from dask_podracer.dashboard.population import agent_name, agent_order, hparam_series, lineage_graph, log_scale, tuned
 from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
-from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
+from dask_podracer.dashboard.snapshot import (Running, Snapshot, format_gpu_memory, format_hparams, runs_html,
+                                              varying)
 
 PARTS = ("leaderboard", "pool", "curves", "lag", "lineage", "hparams")
 DRAWN_WITH_THE_PAGE = 2000
@@ -264,15 +265,16 @@ NO_LAG = "<p>(no finished segment has reported a policy lag: only segments with 
 
 
 def _header(snapshot: Snapshot) -> str:
+    runs = f"<p style='color:#555'>{runs_html(snapshot)}</p>" if runs_html(snapshot) else ""
     if snapshot.message:
-        return f"<h2 style='margin:0.3em 0'>Podracer</h2><p>{html.escape(snapshot.message)}</p>"
+        return f"<h2 style='margin:0.3em 0'>Podracer</h2><p>{html.escape(snapshot.message)}</p>{runs}"
     finished = sum(r.get("status") == "finished" for r in snapshot.history)
     failed = sum(r.get("status") == "failed" for r in snapshot.history)
     best = f"{snapshot.board[0]['score']:.1f}" if snapshot.board else "-"
     return (f"<h2 style='margin:0.3em 0'>Podracer</h2><p style='color:#555'>store <code>"
             f"{html.escape(str(snapshot.store_url))}</code> · best {best} · {finished} segments finished, {failed} "
             f"failed · {len(snapshot.running)} training · updated "
-            f"{time.strftime('%H:%M:%S', time.localtime(snapshot.taken))} · read-only</p>")
+            f"{time.strftime('%H:%M:%S', time.localtime(snapshot.taken))} · read-only</p>{runs}")
 
 
 def _heading(text: str, single: bool) -> Any:

@@ -17,18 +17,20 @@ from typing import Any
 from dask_podracer.dashboard.policy_lag import lag_table_html
 from dask_podracer.dashboard.population import agent_name, finished, hparam_series, lineage_graph, log_scale, tuned
 from dask_podracer.dashboard.population_plots import agent_colors, colored, hparam_figures, lineage_figure
-from dask_podracer.dashboard.snapshot import Running, Snapshot, format_gpu_memory, format_hparams, varying
+from dask_podracer.dashboard.snapshot import (Running, Snapshot, format_gpu_memory, format_hparams, runs_html,
+                                              varying)
 
 REFRESH_SECONDS = 5
 
 
 def render_page(snapshot: Snapshot) -> str:
     """The whole page."""
+    runs = f"<p class='store'>{runs_html(snapshot)}</p>" if runs_html(snapshot) else ""
     if snapshot.message:
-        body = [f"<h1>Podracer</h1><p>{_e(snapshot.message)}</p>"]
+        body = [f"<h1>Podracer</h1><p>{_e(snapshot.message)}</p>{runs}"]
     else:
         body = [(f"<h1>Podracer</h1><p class='store'>store: <code>{_e(snapshot.store_url)}</code> · refreshes every "
-                 f"{REFRESH_SECONDS} s · read-only</p>"),
+                 f"{REFRESH_SECONDS} s · read-only</p>{runs}"),
                 "<h2>Leaderboard</h2>", _leaderboard(snapshot.board),
                 "<h2>Training pool</h2>", _pool(snapshot.running, snapshot.taken),
                 "<h2>Episodic reward vs wall-clock time and vs env steps</h2>", _curves(snapshot.history),

@@ -8,7 +8,9 @@ Bokeh page (`live.py`) only draw it.
 from __future__ import annotations
 
 import dataclasses
+import html
 import time
+import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +49,9 @@ class Snapshot:
     error: str | None = None
     """Why the store could not be read, if it could not."""
     taken: float = dataclasses.field(default_factory=time.time)
+    runs: tuple[str, ...] = ()
+    """The stores of every run the scheduler keeps a page for, oldest first (this one among them): the page links
+    to the others (`?store=`)."""
 
     @property
     def message(self) -> str | None:
@@ -76,3 +81,13 @@ def format_gpu_memory(r: Running) -> str:
         return "-"
     total = f" / {r.gpu_memory_total / 2**30:.1f}" if r.gpu_memory_total else ""
     return f"{r.gpu_memory_used / 2**30:.1f}{total} GiB"
+
+
+def runs_html(snapshot: Snapshot) -> str:
+    """`runs on this scheduler: a.zarr · b.zarr`, each other run a link to its page (`?store=`), this one bold;
+    empty when the scheduler has served one run only."""
+    if len(snapshot.runs) < 2:
+        return ""
+    links = [f"<b>{html.escape(url)}</b>" if url == snapshot.store_url else
+             f"<a href='?store={urllib.parse.quote(url, safe='')}'>{html.escape(url)}</a>" for url in snapshot.runs]
+    return f"runs on this scheduler: {' · '.join(links)}"

@@ -18,10 +18,11 @@ apps named `individual-*`, dask-labextension lists them too.
     /individual-podracer-lineage
     /individual-podracer-hparams
 
-The pages read what the `PodracerPage` plugin registered by `run_tournament` knows
-(`monitor.py`), so they show the latest tournament run on this scheduler; before any,
-they say so. Importing this module in a process whose schedulers have already started
-their dashboards changes nothing for them: they keep the plain page (`/podracer.html`).
+The pages read what the `PodracerPage` plugins registered by `run_tournament` know
+(`monitor.py`): the run of the page's `?store=`, or the newest run still going on this
+scheduler (else the newest), with links to the others; before any, they say so.
+Importing this module in a process whose schedulers have already started their
+dashboards changes nothing for them: they keep the plain page (`/podracer.html`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,16 @@ def podracer_doc(parts: tuple[str, ...], scheduler: Any, extra: dict[str, Any], 
     """One open page: a Bokeh document of `parts`, drawn now and redrawn by a periodic callback."""
     from dask_podracer.dashboard.live import build_document
 
-    build_document(doc, current_snapshot_now(scheduler), functools.partial(current_snapshot, scheduler), parts)
+    store = _store_argument(doc)
+    build_document(doc, current_snapshot_now(scheduler, store), functools.partial(current_snapshot, scheduler, store),
+                   parts)
+
+
+def _store_argument(doc: Any) -> str | None:
+    """The page's `?store=` (which run to show, when several share the scheduler), or None."""
+    request = getattr(getattr(doc, "session_context", None), "request", None)
+    values = (getattr(request, "arguments", None) or {}).get("store") or []
+    return values[0].decode() if values else None
 
 
 register()

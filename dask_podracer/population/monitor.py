@@ -1,9 +1,11 @@
 """What the Podracer pages of the Dask dashboard read, from a scheduler plugin; and the plain page.
 
-`run_tournament` registers `PodracerPage` on the scheduler of whatever cluster it runs
-on (the embedded LocalCluster or a remote one). The plugin knows the run's store and
-records, from the scheduler's transitions, when each segment began running where.
-`current_snapshot(scheduler)` combines the two for the pages:
+`run_tournament` registers a `PodracerPage` on the scheduler of whatever cluster it runs
+on (the embedded LocalCluster or a remote one), one per store (`page_plugin_name`). The plugin
+knows the run's store and records, from the scheduler's transitions, when each segment began
+running where. `current_snapshot(scheduler, store)` combines the two for the pages: the run of
+`store` (a page's `?store=` argument), or without one the newest run still going, else the newest;
+each page links to the other runs the scheduler has served (several runs may share a cluster):
 
 - the live Bokeh page at `/individual-podracer` (and its `-leaderboard`, `-pool`,
   `-curves`, `-lag`, `-lineage`, `-hparams` panels), when the scheduler preloaded
@@ -39,6 +41,8 @@ STORE_ANNOTATION = "podracer_store"
 """The Dask annotation naming the store of the run that submitted a segment (several runs may share a cluster)."""
 CACHE_SECONDS = 1.0
 """The store's tables are read at most this often, whatever the number of open pages."""
+MOST_PAGES = 16
+"""Runs a scheduler keeps a page for (the newest; a long-lived shared scheduler serves many runs)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +59,7 @@ class PodracerPage(SchedulerPlugin):
 
     def __init__(self, store_url: str) -> None:
         self.store_url = store_url
+        self.registered = time.time()  # the run's start: the newest run's page is the default
         self.started: dict[str, float] = {}  # segment key -> when it began processing
         self._cache: tuple[float, _Tables] | None = None
 
@@ -110,7 +115,12 @@ class PodracerPage(SchedulerPlugin):
             running.append(Running(segment_key(key), task.processing_on.address, since,
                                    agent.get("id"), agent.get("hparams"),
                                    **worker_device(task.processing_on, gpu_share(task))))
-        return Snapshot(self.store_url, tables.board, tables.history, running, tables.error)
+        return Snapshot(self.store_url, tables.board, tables.history, running, tables.error,
+                        runs=tuple(page.store_url for page in page_plugins(scheduler)))
+
+    def going(self, scheduler: Any) -> bool:
+        """Whether the run is going on: the scheduler holds tasks of its segments (a run that ended released them)."""
+        return any(self._own(task) for task in list(scheduler.tasks.values()))
 
     def _own(self, task: Any) -> bool:
         """Whether a segment's task belongs to this run: another run on the same scheduler has segments of its own,
@@ -145,16 +155,48 @@ def worker_device(worker: Any, share: float | None = None) -> dict[str, Any]:
             "gpu_utilization": None if utilization is None else float(utilization)}
 
 
-async def current_snapshot(scheduler: Any) -> Snapshot:
-    """What the latest tournament on `scheduler` looks like now (an empty snapshot before any)."""
-    plugin = scheduler.plugins.get(PodracerPage.name)  # the latest run's plugin, by name
-    return await plugin.snapshot(scheduler) if isinstance(plugin, PodracerPage) else Snapshot(None)
+def page_plugin_name(store_url: str) -> str:
+    """The name a run's `PodracerPage` is registered under: one per store, so that runs sharing a scheduler each
+    keep theirs (a second run of the same store replaces the first's)."""
+    return f"{PodracerPage.name} {store_url}"
 
 
-def current_snapshot_now(scheduler: Any) -> Snapshot:
+def page_plugins(scheduler: Any) -> list[PodracerPage]:
+    """The scheduler's run pages, oldest run first."""
+    pages = [p for p in list(scheduler.plugins.values()) if isinstance(p, PodracerPage)]
+    return sorted(pages, key=lambda page: getattr(page, "registered", 0.0))  # 0: a page of an older client's run
+
+
+def chosen_page(scheduler: Any, store: str | None = None) -> PodracerPage | None:
+    """The page of `store`'s run; without `store`, the newest run still going, else the newest (None before any).
+    A page left open thus follows the runs: when the newest ends while an earlier one goes on, it shows that one."""
+    pages = page_plugins(scheduler)
+    if store is not None:
+        return next((page for page in pages if page.store_url == store), None)
+    going = [page for page in pages if page.going(scheduler)] if len(pages) > 1 else pages
+    return (going or pages or [None])[-1]
+
+
+def _unknown_store(scheduler: Any, store: str) -> Snapshot:
+    runs = tuple(page.store_url for page in page_plugins(scheduler))
+    return Snapshot(store, error="no run of this store on this scheduler", runs=runs)
+
+
+async def current_snapshot(scheduler: Any, store: str | None = None) -> Snapshot:
+    """What the tournament of `store` (or `chosen_page`'s) on `scheduler` looks like now (an empty snapshot
+    before any)."""
+    page = chosen_page(scheduler, store)
+    if page is None:
+        return Snapshot(None) if store is None else _unknown_store(scheduler, store)
+    return await page.snapshot(scheduler)
+
+
+def current_snapshot_now(scheduler: Any, store: str | None = None) -> Snapshot:
     """The same, reading the store (if the cache is stale) on the calling thread."""
-    plugin = scheduler.plugins.get(PodracerPage.name)
-    return plugin.snapshot_now(scheduler) if isinstance(plugin, PodracerPage) else Snapshot(None)
+    page = chosen_page(scheduler, store)
+    if page is None:
+        return Snapshot(None) if store is None else _unknown_store(scheduler, store)
+    return page.snapshot_now(scheduler)
 
 
 def bokeh_paths(scheduler: Any) -> set[str]:
@@ -167,7 +209,7 @@ class _PlainPage(web.RequestHandler):
         self.scheduler = scheduler
 
     async def get(self) -> None:
-        snapshot = await current_snapshot(self.scheduler)
+        snapshot = await current_snapshot(self.scheduler, self.get_argument("store", None))
         # rendered in a thread: on the event loop a long run's page (20,000 segments: 1.6 s) stopped the scheduler
         # for as long, for each open tab, every time it reloads
         page = await asyncio.get_running_loop().run_in_executor(None, render_page, snapshot)

@@ -28,7 +28,7 @@ from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import (Holders, ReplaySources, checkpoints_to_keep, collect,
                                                 missed_records, own_lines)
 from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers, pin_data
-from dask_podracer.population.monitor import STORE_ANNOTATION, PodracerPage
+from dask_podracer.population.monitor import MOST_PAGES, STORE_ANNOTATION, PodracerPage, page_plugin_name
 from dask_podracer.population.run_lease import check_no_run_going, this_client
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
@@ -152,7 +152,7 @@ def run_tournament(config: Config, client: Client | None = None,
             # since (a remote store has no lock; its run state appears at that run's first write). Checked again
             # just before this loop's first write.
             check_no_run_going(store.url, store.read_run_state())
-            _replace_page_plugin(active, store.url)  # after the check: a refused run leaves the page to the one going
+            _add_page_plugin(active, store.url)  # after the check: a refused run leaves the page to the one going
             return _Loop(config, active, store, slots, on_progress, segment_fn, poll_seconds, trackers).run()
 
 
@@ -181,24 +181,30 @@ def _check_arguments(config: Any, client: Any, scheduler: Any, tls: Any, functio
         raise ValueError(f"poll_seconds must be a positive number, got {poll_seconds!r}")
 
 
-def _replace_page_plugin(client: Client, store_url: str) -> None:
-    """Serve this run's store on the scheduler's Podracer page.
+def _add_page_plugin(client: Client, store_url: str) -> None:
+    """Serve this run's store on the scheduler's Podracer pages, beside the pages of the other runs it serves
+    (a shared cluster: the page links to each, and shows the newest run still going unless asked for one).
 
-    An earlier run on this scheduler left its page's plugin: removed first, or the scheduler warns in its own log
-    (where no filter of ours reaches) that it overwrites it. Removed only if there, or the scheduler logs the
-    removal of a missing one as an error with its traceback."""
+    A page this store's earlier run left is removed first, or the scheduler warns in its own log (where no filter
+    of ours reaches) that it overwrites it; so are the oldest beyond `MOST_PAGES`. Each is removed only if there,
+    or the scheduler logs the removal of a missing one as an error with its traceback."""
+    name = page_plugin_name(store_url)
     try:
-        there = client.run_on_scheduler(_page_plugin_registered)
-    except Exception:  # a scheduler that runs no function of ours (pickling turned off): ask it to remove it
-        there = True
-    if there:
+        names = client.run_on_scheduler(_page_plugin_names)
+    except Exception:  # a scheduler that runs no function of ours (pickling turned off): ask it to remove this one
+        names = [name]
+    others = [n for n in names if n != name]
+    stale = [n for n in names if n == name] + others[:max(0, len(others) - (MOST_PAGES - 1))]
+    for old in stale:
         with contextlib.suppress(ValueError):
-            client.unregister_scheduler_plugin(PodracerPage.name)
-    client.register_plugin(PodracerPage(store_url), name=PodracerPage.name)
+            client.unregister_scheduler_plugin(old)
+    client.register_plugin(PodracerPage(store_url), name=name)
 
 
-def _page_plugin_registered(dask_scheduler: Any) -> bool:
-    return PodracerPage.name in dask_scheduler.plugins
+def _page_plugin_names(dask_scheduler: Any) -> list[str]:
+    """The names of the scheduler's run pages, oldest run first."""
+    pages = [(name, p) for name, p in dask_scheduler.plugins.items() if isinstance(p, PodracerPage)]
+    return [name for name, _ in sorted(pages, key=lambda item: getattr(item[1], "registered", 0.0))]
 
 
 @contextlib.contextmanager
