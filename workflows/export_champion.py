@@ -4,7 +4,10 @@
 
 Writes OUT_DIR/policy.pt (TorchScript: observations [B, obs_dim] float32 -> deterministic
 actions) and OUT_DIR/card.json (env, algorithm, score, hyper-parameters, lineage, and the
-evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`.
+evaluation it was scored with). Load it anywhere with `torch.jit.load("policy.pt")`. An env whose observations
+are not a Box (FrozenLake's Discrete, Blackjack's Tuple) was trained on them flattened, as the gym adapter presents
+them: the policy takes `gymnasium.spaces.flatten(space, obs)` (one-hots; `gymnasium.wrappers.FlattenObservation`),
+and the card's `observations_flattened_from` names the env's own space.
 
 The card is standard JSON: a number that is not finite (IMPALA's `rho_bar = inf`) is the string "inf".
 
@@ -122,6 +125,8 @@ def export(store: PodracerStore, out: Path, key: str | None = None, episodes: in
         "observation_shape": list(one_env.single_observation_space.shape),
         "action_space": str(one_env.single_action_space),
     }
+    if getattr(one_env, "flattened", None) is not None:  # the policy takes the env's observations flattened
+        card["observations_flattened_from"] = str(one_env.flattened)
     if agents is not None:
         card["agents"] = agents
     (out / "card.json").write_text(json.dumps(_standard_json(card), indent=2, allow_nan=False) + "\n")

@@ -39,6 +39,10 @@ def play(policy: torch.nn.Module, env_id: str, seeds: Sequence[int], env_kwargs:
     returns = []
     for seed in seeds:
         env = gym.make(EnvSpec(id=env_id, entry_point=entry_point) if entry_point else env_id, **(env_kwargs or {}))
+        if not isinstance(env.observation_space, gym.spaces.Box):
+            # a Discrete, Tuple or Dict observation as the policy was trained on it: flattened (one-hots), as
+            # dask_podracer's gym adapter presents it
+            env = gym.wrappers.FlattenObservation(env)
         obs, _ = env.reset(seed=int(seed))
         total, done = 0.0, False
         while not done:

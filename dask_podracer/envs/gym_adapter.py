@@ -44,6 +44,25 @@ KB). With the 35 bytes of its observation and step counted alone, `segment.eval_
 passed the preflight and then built envs on a worker for hours."""
 
 
+def _flattens(space: gym.Space) -> bool:
+    """Whether `space` is one gymnasium's `FlattenObservation` turns into a Box and that this adapter flattens: a
+    Discrete, MultiDiscrete or MultiBinary one, or a Tuple or Dict of flattenable spaces. A Box is left as it is (the
+    algorithms flatten a Box of any shape themselves), and so is a space with no flat form (Graph, Sequence, Text:
+    refused by every algorithm)."""
+    if isinstance(space, gym.spaces.Box):
+        return False
+    try:
+        return isinstance(gym.spaces.flatten_space(space), gym.spaces.Box)
+    except (NotImplementedError, TypeError, ValueError):
+        return False
+
+
+def _float32(space: gym.spaces.Box) -> gym.spaces.Box:
+    """A flattened observation space as the adapter presents its observations: float32 (gymnasium's one-hot of a
+    Discrete is an int64 Box)."""
+    return gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+
+
 class GymVecEnv:
     """A gymnasium vector env presented as our VecEnv (torch tensors on `device`, float32 obs and reward)."""
 
@@ -73,14 +92,27 @@ class GymVecEnv:
                 what = "envs and their MjData"
             check_buffer_fits(self.num_envs * self.bytes_per_env, torch.device("cpu"),
                               f"{self.name}: {self.num_envs:,} {what} ({self.bytes_per_env:,} bytes each)")
+            vector_kwargs = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
             self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
-                                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **env_kwargs)
+                                    vector_kwargs=vector_kwargs, **env_kwargs)
+            self.flattened: gym.Space | None = None
+            """The env's own observation space, where the adapter flattens it (a Discrete, Tuple or Dict)."""
+            if _flattens(self.env.single_observation_space):
+                self.flattened = self.env.single_observation_space
+                # a Discrete observation (FrozenLake, Taxi) as its one-hot, a Tuple or Dict (Blackjack) as its parts'
+                # concatenation: a config cannot wrap the env itself, and every algorithm takes a Box
+                self.env.close()
+                self.env = gym.make_vec(env_id, num_envs=self.num_envs, vectorization_mode=vectorization_mode,
+                                        vector_kwargs=vector_kwargs, wrappers=[gym.wrappers.FlattenObservation],
+                                        **env_kwargs)
         except gym.error.DependencyNotInstalled as e:
             extra = " (MuJoCo ids: pip install 'dask-podracer[mujoco]')" if "mujoco" in str(e).lower() else ""
             raise ImportError(f"{self.name} cannot be made here: {e}{extra}") from e
         except gym.error.Error as e:  # an unknown id or version, a bad keyword
             raise ValueError(f"{self.name}: {e}") from e
         self.single_observation_space = self.env.single_observation_space
+        if self.flattened is not None:  # presented as the float32 our observations are (gymnasium's one-hot is int64)
+            self.single_observation_space = _float32(self.single_observation_space)
         self.single_action_space = self.env.single_action_space
         # A `max_episode_steps` kwarg overrides the registered limit, as in gymnasium.make.
         limit = env_kwargs.get("max_episode_steps") or spec.max_episode_steps
