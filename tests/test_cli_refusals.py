@@ -178,7 +178,8 @@ BIG = "1180591620717411303424"  # 2**70
      "makes one network of 2,000,004,000,000 weights: with its optimiser's moments at least 22,352 GiB, more than"),
     ("pendulum_mixed.toml", "groups.0.hparams.hidden=[1000000,1000000]",
      "groups[0].hparams.hidden = [1000000, 1000000]"),
-    ("pendulum.toml", "hparams.utd_ratio=inf", "hparams.utd_ratio must be a finite number, got inf"),
+    ("pendulum.toml", "hparams.utd_ratio=inf",
+     "hparams.utd_ratio must be in (0, 1000] (gradient updates per transition), got inf"),
     # absurd values that fit 64 bits: the client built a billion agents for hours; LocalCluster forked a million
     ("pendulum.toml", "tournament.pool_size=1000000000", "tournament.pool_size = 1000000000 makes a pool of "
      "1,000,000,000 agents: the client's state of them alone needs at least 1,863 GiB, more than this machine's"),
