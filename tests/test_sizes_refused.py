@@ -170,3 +170,19 @@ def test_more_actors_than_the_embedded_cluster_will_have_is_refused_before_it_st
     config = config_from_dict({"run": {"env": "CartPole-v1", "algorithm": "impala", "store": str(tmp_path / "s.zarr")},
                                "cluster": {"workers": 3}, "actors": {"workers": 2}})
     preflight.check_without_cluster(config, embedded=True)  # a learner and 2 actors fit 3 workers
+
+
+def test_a_buffer_beyond_the_memory_available_now_is_refused(monkeypatch):
+    # within the machine's RAM but beyond what its other processes left: torch zero-fills it, and the OOM killer took
+    # the process (the client's, in the preflight) with no message
+    import torch
+
+    from dask_podracer.agents.replay import ReplayBuffer
+    from dask_podracer.envs import devices
+
+    machine = devices.psutil.virtual_memory()
+    monkeypatch.setattr(devices.psutil, "virtual_memory", lambda: SimpleNamespace(total=machine.total, available=10**8))
+    with pytest.raises(MemoryError, match=r"^a replay buffer of hparams.buffer_size = 10,000,000 transitions of 9 "
+                                          r"float32 values needs at least 0\.3 GiB, more than the 0\.1 GiB of cpu "
+                                          r"available now \(of [\d,.]+ GiB in all\)$"):
+        ReplayBuffer(10_000_000, obs_dim=3, act_dim=1, device=torch.device("cpu"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import psutil
 import torch
 
 
@@ -41,12 +42,33 @@ def device_memory(device: torch.device) -> int | None:
         return None
 
 
+def available_memory(device: torch.device) -> int | None:
+    """Bytes `device` can give a new buffer now: the RAM the kernel counts available (free and reclaimable) for the
+    CPU, the free memory plus what torch's caching allocator holds unused for a GPU; None where it cannot be told."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    if device.type != "cpu":
+        return None
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, AttributeError):  # a system psutil cannot read
+        return device_memory(device)
+
+
 def check_buffer_fits(nbytes: int, device: torch.device, what: str) -> None:
     """A MemoryError naming `what` (the hyper-parameters or env arguments that size it) when a buffer of `nbytes` is
-    more than `device` has. torch zero-fills a buffer as it allocates it: one larger than the RAM but within what the
-    allocator grants got the process OOM-killed, the client's too (`podracer train` died with no message). Agents'
-    buffers, envs' per-env state (MuJoCo's MjData) and a generated market are checked with it."""
+    more than `device` has, or more than it has available now. torch zero-fills a buffer as it allocates it: one
+    larger than the RAM but within what the allocator grants got the process OOM-killed, the client's too (`podracer
+    train` died with no message), and so did one within the RAM but beyond what the machine's other processes left
+    (`buffer_size` of 20 GiB on a 24 GiB machine with 10 GiB in use). Agents' buffers, envs' per-env state (MuJoCo's
+    MjData) and a generated market are checked with it."""
     memory = device_memory(device)
     if memory is not None and nbytes > memory:
         raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
                           f"{memory / 2**30:,.1f} GiB of {device}")
+    available = available_memory(device)
+    if available is not None and nbytes > available:
+        raise MemoryError(f"{what} needs at least {nbytes / 2**30:,.1f} GiB, more than the "
+                          f"{available / 2**30:,.1f} GiB of {device} available now"
+                          f"{f' (of {memory / 2**30:,.1f} GiB in all)' if memory else ''}")
