@@ -468,7 +468,8 @@ def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
         raise ConfigError(f"settings must be a list of 'SECTION.KEY=VALUE' strings, got {describe(settings)}")
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (Windows' Notepad writes one) is dropped, not "Invalid statement" at 1:1
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as e:
         raise ConfigError(f"cannot read config {str(path)!r}: {e.strerror}") from None
     except UnicodeDecodeError as e:

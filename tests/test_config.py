@@ -243,3 +243,12 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, ca
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and said.format(tmp=tmp_path) in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no store, no log, no summary
+
+
+def test_a_config_saved_with_a_byte_order_mark_and_windows_line_ends_is_read(tmp_path):
+    # Windows' Notepad saves UTF-8 with a byte-order mark, which tomllib called "Invalid statement (at line 1,
+    # column 1)"
+    path = tmp_path / "notepad.toml"
+    path.write_bytes(b'\xef\xbb\xbf[run]\r\nenv = "Pendulum-v1"\r\nalgorithm = "sac"\r\n[hparams]\r\ngamma = 0.97\r\n')
+    config = load_config(path)
+    assert config.run.env == "Pendulum-v1" and config.hparams["gamma"] == 0.97
