@@ -118,10 +118,6 @@ class PodracerPage(SchedulerPlugin):
         return Snapshot(self.store_url, tables.board, tables.history, running, tables.error,
                         runs=tuple(page.store_url for page in page_plugins(scheduler)))
 
-    def going(self, scheduler: Any) -> bool:
-        """Whether the run is going on: the scheduler holds tasks of its segments (a run that ended released them)."""
-        return any(self._own(task) for task in list(scheduler.tasks.values()))
-
     def _own(self, task: Any) -> bool:
         """Whether a segment's task belongs to this run: another run on the same scheduler has segments of its own,
         and a task of the user's may have a name like theirs. Each run's tasks name their store (orchestrator)."""
@@ -173,8 +169,16 @@ def chosen_page(scheduler: Any, store: str | None = None) -> PodracerPage | None
     pages = page_plugins(scheduler)
     if store is not None:
         return next((page for page in pages if page.store_url == store), None)
-    going = [page for page in pages if page.going(scheduler)] if len(pages) > 1 else pages
-    return (going or pages or [None])[-1]
+    if len(pages) > 1:
+        going = stores_going(scheduler)
+        pages = [page for page in pages if page.store_url in going] or pages
+    return (pages or [None])[-1]
+
+
+def stores_going(scheduler: Any) -> set[str]:
+    """The stores of the runs going on: those whose segments' tasks the scheduler holds (a run that ended released
+    them). One pass over the tasks, whatever the number of pages."""
+    return {(getattr(task, "annotations", None) or {}).get(STORE_ANNOTATION) for task in list(scheduler.tasks.values())}
 
 
 def _unknown_store(scheduler: Any, store: str) -> Snapshot:
