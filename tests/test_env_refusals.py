@@ -142,8 +142,13 @@ def test_observations_of_an_integer_box_or_a_tuple_are_checked_in_their_own_dtyp
     # a uint8 image reaches torch as float32, which gymnasium never finds in a uint8 Box: every such env failed
     # "reset obs outside single_observation_space"; a Tuple space (Blackjack) failed with a TypeError
     assert check_vec_env(make_vec_env("misbehaving_envs:Image", 2, seed=0, max_episode_steps=5)).truncations == 2
+    # the gym: adapter presents Blackjack's Tuple flattened (tests/test_gym_flat_observations.py); a VecEnv that
+    # declares a Tuple itself is refused in one line
+    blackjack = make_vec_env("gym:Blackjack-v1", 2, seed=0, max_episode_steps=5)
+    assert check_vec_env(blackjack).truncations + check_vec_env(blackjack).terminations > 0
+    blackjack.single_observation_space = blackjack.flattened
     with pytest.raises(VecEnvCheckError, match=r"single_observation_space Tuple\(Discrete\(32\), .* has no shape"):
-        check_vec_env(make_vec_env("gym:Blackjack-v1", 2, seed=0, max_episode_steps=5))
+        check_vec_env(blackjack)
 
 
 def test_a_discrete_action_space_that_does_not_start_at_0_is_refused(misbehaving_envs):

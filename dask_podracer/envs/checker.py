@@ -94,6 +94,23 @@ def _within(space: gym.spaces.Space, obs: Tensor) -> bool:
     return all(space.contains(o if o.ndim else o[()]) for o in rows)
 
 
+def _outside(space: gym.spaces.Space, obs: Tensor) -> str:
+    """Where `obs` first leaves a Box `space` (" (env 3, obs[0] = 3.1525 > high 3.1416)"), so that the user can tell
+    an env whose own observations exceed the bounds it declares (gymnasium's BipedalWalker: the hull angle is not
+    wrapped to its [-pi, pi]) from a fault of their own; "" for another space, or values the bounds allow."""
+    if not isinstance(space, gym.spaces.Box):
+        return ""
+    rows = obs.cpu().numpy().reshape(obs.shape[0], *space.shape)
+    for side, bound, beyond in (("<", "low", rows < space.low), (">", "high", rows > space.high)):
+        if beyond.any():
+            env_index, *where = np.argwhere(beyond)[0]
+            at = tuple(int(i) for i in where)
+            index = ",".join(map(str, at))
+            return (f" (env {int(env_index)}, obs[{index}] = {rows[(env_index, *at)]:.5g} {side} {bound} "
+                    f"{getattr(space, bound)[at]:.5g})")
+    return ""
+
+
 def check_seeding(env: VecEnv, actor: Callable[[], Policy], seed: int, limit: int) -> bool:
     """Same seed, same actions (each run acts with a new `actor()`): the same numbers, through reset and every env's
     first auto-reset; `VecEnvCheckError` when not (the multi-agent checker's rule too). Returns whether `seed + 1`
@@ -160,7 +177,8 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
     obs, info = env.reset(seed=seed)
     _check_tensor(env, "reset obs", obs, obs_shape, torch.float32)
     _require(isinstance(info, dict), env, "reset info is not a dict")
-    _require(_within(env.single_observation_space, obs), env, "reset obs outside single_observation_space")
+    _require(_within(env.single_observation_space, obs), env,
+             f"reset obs outside single_observation_space{_outside(env.single_observation_space, obs)}")
 
     act = _actor(env, seed, policy)
     obs, _ = env.reset(seed=seed)
@@ -213,7 +231,8 @@ def check_vec_env(env: VecEnv, seed: int = 0, max_steps: int | None = None,
                  f"step {t}: truncated before the time limit of {env.max_episode_steps}")
         _require(bool((length[~done] < env.max_episode_steps).all()), env,
                  f"step {t}: an episode ran past max_episode_steps without being truncated")
-        _require(_within(env.single_observation_space, obs), env, f"step {t}: obs outside single_observation_space")
+        _require(_within(env.single_observation_space, obs), env,
+                 f"step {t}: obs outside single_observation_space{_outside(env.single_observation_space, obs)}")
         terminations += int(term.sum())
         truncations += int(trunc.sum())
         length[done] = 0

@@ -106,7 +106,10 @@ class GymVecEnv:
                                         vector_kwargs=vector_kwargs, wrappers=[gym.wrappers.FlattenObservation],
                                         **env_kwargs)
         except gym.error.DependencyNotInstalled as e:
-            extra = " (MuJoCo ids: pip install 'dask-podracer[mujoco]')" if "mujoco" in str(e).lower() else ""
+            said = str(e).lower()
+            extra = (" (MuJoCo ids: pip install 'dask-podracer[mujoco]')" if "mujoco" in said else
+                     " (Box2D ids: pip install 'dask-podracer[box2d]', a wheel: no swig needed)" if "box2d" in said
+                     else "")
             raise ImportError(f"{self.name} cannot be made here: {e}{extra}") from e
         except gym.error.Error as e:  # an unknown id or version, a bad keyword
             raise ValueError(f"{self.name}: {e}") from e
