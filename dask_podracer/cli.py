@@ -282,9 +282,15 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary) -> None:
+    cancelled = getattr(summary, "segments_cancelled", 0)
+    at = " at the budget" if summary.stop_reason == "budget" else ""
     print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, "
-          f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed), "
-          f"{summary.env_steps:,} env steps")
+          f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed"
+          f"{f', {cancelled} cancelled{at}' if cancelled else ''}), {summary.env_steps:,} env steps")
+    if cancelled and summary.stop_reason == "budget" and not summary.segments_completed + summary.segments_failed:
+        # a run whose budget ended before any segment did said only "0 segments"
+        print("no segment ended within the budget: one segment takes longer than it (segment.env_steps or "
+              "segment.seconds, and the agents' hparams), so give a longer budget or shorter segments")
     print(f"store: {summary.store}")
     print(format_leaderboard(summary.leaderboard[:5]))
 

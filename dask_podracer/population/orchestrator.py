@@ -106,6 +106,9 @@ class RunSummary:
     leaderboard: list[LeaderboardEntry]
     checkpoints_deleted: int = 0
     """Checkpoints the retention policy (`[store]`) deleted in this invocation."""
+    segments_cancelled: int = 0
+    """Segments still running when the run stopped, cancelled unrecorded (at a budget stop: those that did not end
+    within the grace period after it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -281,6 +284,7 @@ class _Loop:
         self.replay_sources = ReplaySources(self.store)
         self.collections = 0
         self.deleted = 0
+        self.cancelled = 0
 
     def run(self) -> RunSummary:
         """The run to its stop. An exception that stops it early (Ctrl-C, the CLI's SIGTERM, a progress reader
@@ -611,6 +615,7 @@ class _Loop:
                 outcome = future.result() if future.status == "finished" else future.exception()
                 self._segment_ended(future, outcome)  # recorded; a stopped machine starts nothing new
         if self.futures:
+            self.cancelled = len(self.futures)
             with contextlib.suppress(Exception):  # the scheduler may be gone: nothing left to cancel then
                 self.client.cancel([f for f, _ in self.futures.values()])
             self.futures.clear()
@@ -632,6 +637,7 @@ class _Loop:
             wall_seconds=self._elapsed(), env_steps=self.env_steps, segments_completed=self.completed,
             segments_failed=self.failed, stop_reason=self.stop_reason, recovered=self.recovered,
             last_error=self.last_error, history=self.curve, leaderboard=board, checkpoints_deleted=self.deleted,
+            segments_cancelled=self.cancelled,
         )
 
 
