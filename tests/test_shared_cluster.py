@@ -128,8 +128,10 @@ def test_the_page_lists_the_segments_of_its_own_run_only(cluster, tmp_path):
         # the second run ends while the first goes on: the page follows the run still going (it kept the second's)
         (release / second_only).touch()
         second.join(60)
-        snapshot = current_snapshot_now(scheduler)
-        assert snapshot.store_url == str(tmp_path / "first.zarr")
+        deadline = time.monotonic() + 30  # the scheduler forgets the ended run's tasks when the release arrives
+        while (snapshot := current_snapshot_now(scheduler)).store_url != str(tmp_path / "first.zarr"):
+            assert time.monotonic() < deadline, f"the page kept {snapshot.store_url} after its run ended"
+            time.sleep(0.05)
         assert [r.key for r in snapshot.running] == [first_b]
         # the plain page, over HTTP: the run asked for, with a link to the other
         base = f"http://127.0.0.1:{scheduler.http_server.port}/podracer.html"
