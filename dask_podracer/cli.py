@@ -282,7 +282,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary) -> None:
-    cancelled = getattr(summary, "segments_cancelled", 0)
+    cancelled = summary.segments_cancelled
     at = " at the budget" if summary.stop_reason == "budget" else ""
     print(f"stopped: {summary.stop_reason} after {summary.wall_seconds:.1f}s, "
           f"{_count(summary.segments_completed, 'segment')} ({summary.segments_failed} failed"

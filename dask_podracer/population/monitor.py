@@ -157,10 +157,15 @@ def page_plugin_name(store_url: str) -> str:
     return f"{PodracerPage.name} {store_url}"
 
 
+def named_page_plugins(scheduler: Any) -> list[tuple[str, PodracerPage]]:
+    """The scheduler's run pages with the names they are registered under, oldest run first."""
+    pages = [(name, p) for name, p in list(scheduler.plugins.items()) if isinstance(p, PodracerPage)]
+    return sorted(pages, key=lambda item: getattr(item[1], "registered", 0.0))  # 0: a page of an older client's run
+
+
 def page_plugins(scheduler: Any) -> list[PodracerPage]:
     """The scheduler's run pages, oldest run first."""
-    pages = [p for p in list(scheduler.plugins.values()) if isinstance(p, PodracerPage)]
-    return sorted(pages, key=lambda page: getattr(page, "registered", 0.0))  # 0: a page of an older client's run
+    return [page for _, page in named_page_plugins(scheduler)]
 
 
 def chosen_page(scheduler: Any, store: str | None = None) -> PodracerPage | None:

@@ -28,7 +28,8 @@ from dask_podracer.population.connect import TLSFiles, connect, embedded_client
 from dask_podracer.population.retention import (Holders, ReplaySources, checkpoints_to_keep, collect,
                                                 missed_records, own_lines)
 from dask_podracer.population.preflight import check_resources, check_without_cluster, check_workers, pin_data
-from dask_podracer.population.monitor import MOST_PAGES, STORE_ANNOTATION, PodracerPage, page_plugin_name
+from dask_podracer.population.monitor import (MOST_PAGES, STORE_ANNOTATION, PodracerPage, named_page_plugins,
+                                              page_plugin_name)
 from dask_podracer.population.run_lease import check_no_run_going, this_client
 from dask_podracer.population.task_keys import segment_key, task_key
 from dask_podracer.population.tasks import segment_task
@@ -205,9 +206,8 @@ def _add_page_plugin(client: Client, store_url: str) -> None:
 
 
 def _page_plugin_names(dask_scheduler: Any) -> list[str]:
-    """The names of the scheduler's run pages, oldest run first."""
-    pages = [(name, p) for name, p in dask_scheduler.plugins.items() if isinstance(p, PodracerPage)]
-    return [name for name, _ in sorted(pages, key=lambda item: getattr(item[1], "registered", 0.0))]
+    """The names of the scheduler's run pages, oldest run first (run on the scheduler)."""
+    return [name for name, _ in named_page_plugins(dask_scheduler)]
 
 
 @contextlib.contextmanager
