@@ -536,17 +536,48 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>", default_
         raise ConfigError(f"{source}: {e}") from None
 
 
+def _check_keys_in_their_section(raw: Mapping[str, Any], section: str, run: Any) -> None:
+    """A key that is another section's (`max_segments` under [tournament], `gamma` under [segment]) is named with
+    the section it belongs in; a plain "unknown key" with the section's own fields left the user to search."""
+    own = {f.name for f in dataclasses.fields(_SECTIONS[section])}
+    algorithm = run.get("algorithm", RunConfig.algorithm) if isinstance(run, Mapping) else None
+    hparams = set()
+    if algorithm in registered_algorithms():
+        hparams = {f.name for f in dataclasses.fields(algorithm_info(algorithm).config_cls)}
+    for key in raw:
+        if key in own:
+            continue
+        owners = [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+        if owners:
+            raise ConfigError(f"unknown key {section}.{key}: it is a key of [{owners[0]}], not of [{section}]")
+        if key in hparams:
+            raise ConfigError(f"unknown key {section}.{key}: it is a hyper-parameter of {algorithm}, set in "
+                              f"[hparams], not in [{section}]")
+
+
+def _key_outside_sections(key: str) -> str:
+    """Say where a key written above every [section] line belongs (TOML puts it at the top level)."""
+    owners = [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    if owners:
+        return f"key {key!r} is outside any section: it belongs in [{owners[0]}] (write it below a [{owners[0]}] line)"
+    return (f"key {key!r} is outside any section: every key belongs below a [section] line ([run], [tournament], "
+            f"[segment], [hparams], ...)")
+
+
 def _build(data: Mapping[str, Any], source: str, default_name: str) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError(f"a config is a table of sections (run, tournament, ...), got {describe(data)}")
     unknown = sorted(set(data) - set(_SECTIONS) - {"hparams", "search", "groups", "actors", "learners"})
     if unknown:
         known = [*_SECTIONS, "hparams", "search", "groups", "actors", "learners"]
+        if not isinstance(data[unknown[0]], (Mapping, list)):
+            raise ConfigError(_key_outside_sections(unknown[0]))
         raise ConfigError(f"unknown section {unknown[0]!r}{did_you_mean(unknown[0], known)} (known: "
                           f"{', '.join(known)})")
     sections = {}
     for name, cls in _SECTIONS.items():
         raw = _table(data.get(name, {}), name)
+        _check_keys_in_their_section(raw, name, data.get("run", {}))
         if name == "run":
             raw = {"name": default_name, **raw}
         sections[name] = dataclass_from(cls, raw, name)

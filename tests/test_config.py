@@ -85,6 +85,13 @@ BAD_CONFIGS = [
     ({**GOOD, "cluster": {"shrink_delay": -1}}, "cluster.shrink_delay must be >= 0, got -1"),
     ({**GOOD, "tournament": {"replay": "keep"}}, "tournament.replay must be copy, share or reset, got 'keep'"),
     ({**GOOD, "cluster": {"allowed_failures": -1}}, "cluster.allowed_failures must be >= 0, got -1"),
+    # keys in the wrong place name where they belong (a plain "unknown key" listed only the section's own fields)
+    ({"algorithm": "sac", **GOOD}, "key 'algorithm' is outside any section: it belongs in [run] (write it below"),
+    ({"colour": 1, **GOOD}, "key 'colour' is outside any section: every key belongs below a [section] line"),
+    ({**GOOD, "tournament": {"max_segments": 3}}, "unknown key tournament.max_segments: it is a key of [run], not "
+                                                  "of [tournament]"),
+    ({**GOOD, "segment": {"gamma": 0.9}}, "unknown key segment.gamma: it is a hyper-parameter of sac, set in "
+                                          "[hparams], not in [segment]"),
 ]
 
 

@@ -1,6 +1,8 @@
 """Envs of one's own and gymnasium envs that misbehave or are unusual: refused in one line naming what is wrong
 (before any cluster, where the preflight builds them), checked with the rule they break, or trained correctly."""
 
+import re
+
 import pytest
 import torch
 
@@ -157,6 +159,19 @@ def test_a_discrete_action_space_that_does_not_start_at_0_is_refused(misbehaving
     with pytest.raises(ValueError, match=r"^dqn picks Discrete actions from 0, but the action space is "
                                          r"Discrete\(3, start=-1\): shift it to start at 0"):
         make_agent("dqn", env.single_observation_space, env.single_action_space, {})
+
+
+@pytest.mark.parametrize("algorithm, env, message", [
+    ("sac", "CartPole-v1", "sac needs a continuous (Box) action space, got Discrete(2); for Discrete actions use a2c, "
+                           "d3qn, double_dqn, dqn, impala, ppo"),
+    ("dqn", "Pendulum-v1", "dqn needs a Discrete action space, got Box(-2.0, 2.0, (1,), float32); for Box actions use "
+                           "a2c, ddpg, impala, ppo, sac, td3"),
+])
+def test_an_algorithm_paired_with_actions_it_cannot_take_names_those_that_can(algorithm, env, message):
+    # a new user's first config (SAC on CartPole) was told only what SAC needs, not what would fit
+    data = {"run": {"env": env, "algorithm": algorithm}, "segment": {"device": "cpu"}}
+    with pytest.raises(ConfigError, match=f"^<config>: {re.escape(message)}$"):
+        check_without_cluster(config_from_dict(data))
 
 
 def test_integer_box_actions_are_rounded_not_cut_toward_0(misbehaving_envs):

@@ -102,6 +102,9 @@ class AlgorithmInfo:
     multi_agent: bool = False
     """Whether its agents are teams acting in a multi-agent VecEnv (envs/multi_agent/base.py); a config pairing a
     single-agent algorithm with a multi-agent env, or the reverse, is refused."""
+    action_spaces: tuple[type, ...] = (gym.spaces.Discrete, gym.spaces.Box)
+    """The kinds of single-agent action space its agents act in: a config pairing it with another kind is refused
+    with the algorithms that do fit (`check_action_space`)."""
     data_parallel: bool = False
     """Whether several learners may train one of its agents, averaging gradients every step (`[learners]`,
     train/learners.py): its `train_iteration` makes the same optimiser steps on every learner for the same env
@@ -169,8 +172,17 @@ def observation_width(space: gym.spaces.Space, algorithm: str) -> int:
 
 
 def check_action_space(space: gym.spaces.Space, algorithm: str) -> None:
-    """Refuse an action space every algorithm would misread: a Discrete that does not start at 0 (`Discrete(3,
+    """Refuse an action space `algorithm` cannot act in, naming the algorithms that can (SAC on CartPole's
+    Discrete(2)), and one every algorithm would misread: a Discrete that does not start at 0 (`Discrete(3,
     start=-1)`). Agents pick actions 0 .. n-1, which such an env reads as other actions, or refuses mid-segment."""
+    info = algorithm_info(algorithm)
+    if not info.multi_agent and not isinstance(space, info.action_spaces):
+        kind = " or ".join("a continuous (Box)" if kind is gym.spaces.Box else f"a {kind.__name__}"
+                           for kind in info.action_spaces)
+        fitting = [name for name, other in sorted(_ALGORITHMS.items())
+                   if not other.multi_agent and isinstance(space, other.action_spaces)]
+        instead = f"; for {type(space).__name__} actions use {', '.join(fitting)}" if fitting else ""
+        raise ValueError(f"{algorithm} needs {kind} action space, got {space}{instead}")
     if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
         raise ValueError(f"{algorithm} picks Discrete actions from 0, but the action space is {space}: shift it to "
                          f"start at 0 (a gymnasium.ActionWrapper that adds {int(space.start)})")

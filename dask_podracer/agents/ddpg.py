@@ -279,4 +279,5 @@ register_algorithm(AlgorithmInfo(
     factory=DDPGAgent,
     tunable=("actor_lr", "critic_lr", "tau", "gamma", "utd_ratio", "exploration_noise", *ENSEMBLE_TUNABLE),
     choices=ENSEMBLE_CHOICES,
+    action_spaces=(gym.spaces.Box,),
 ))

@@ -311,6 +311,7 @@ class D3QNAgent(DQNAgent):
 
 
 _TUNABLE = ("learning_rate", "gamma", "tau", "utd_ratio", "eps_end")
-register_algorithm(AlgorithmInfo("dqn", DQNConfig, DQNAgent, _TUNABLE))
-register_algorithm(AlgorithmInfo("double_dqn", DoubleDQNConfig, DoubleDQNAgent, _TUNABLE))
-register_algorithm(AlgorithmInfo("d3qn", D3QNConfig, D3QNAgent, _TUNABLE))
+_ACTIONS = (gym.spaces.Discrete,)
+register_algorithm(AlgorithmInfo("dqn", DQNConfig, DQNAgent, _TUNABLE, action_spaces=_ACTIONS))
+register_algorithm(AlgorithmInfo("double_dqn", DoubleDQNConfig, DoubleDQNAgent, _TUNABLE, action_spaces=_ACTIONS))
+register_algorithm(AlgorithmInfo("d3qn", D3QNConfig, D3QNAgent, _TUNABLE, action_spaces=_ACTIONS))

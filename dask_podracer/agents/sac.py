@@ -241,4 +241,5 @@ register_algorithm(AlgorithmInfo(
     factory=SACAgent,
     tunable=("actor_lr", "critic_lr", "alpha_lr", "tau", "gamma", "utd_ratio", *ENSEMBLE_TUNABLE),
     choices=ENSEMBLE_CHOICES,
+    action_spaces=(gym.spaces.Box,),
 ))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import gymnasium as gym
+
 from dask_podracer.agents.base import AlgorithmInfo, register_algorithm
 from dask_podracer.agents.ddpg import DDPGAgent, DDPGConfig
 from dask_podracer.agents.ensemble import ENSEMBLE_CHOICES, ENSEMBLE_TUNABLE
@@ -45,4 +47,5 @@ register_algorithm(AlgorithmInfo(
     tunable=("actor_lr", "critic_lr", "tau", "gamma", "utd_ratio", "exploration_noise", "target_noise",
              *ENSEMBLE_TUNABLE),
     choices=ENSEMBLE_CHOICES,
+    action_spaces=(gym.spaces.Box,),
 ))
