@@ -147,6 +147,23 @@ def test_a_prior_that_can_draw_endless_work_is_refused(tmp_path, capsys):
                    "per transition), got 2000.0"), err
 
 
+@pytest.mark.parametrize("algorithm, prior, said", [
+    ("sac", f"buffer_size = {{ int_uniform = [10000, {HUGE}] }}",
+     f"search.buffer_size: its prior can draw {HUGE}, and a replay buffer of hparams.buffer_size = 10,000,000,000,000 "
+     f"transitions of 9 float32 values needs at least 335,276.1 GiB, more than the "),
+    ("ppo", f"num_envs = {{ int_uniform = [1, {HUGE}] }}",
+     f"search.num_envs: its prior can draw {HUGE}, and a rollout of hparams.rollout_steps x num_envs = 64 x "
+     f"10,000,000,000,000 steps of 13 values needs at least "),
+    ("sac", "hidden = { choice = [[64, 64], [10000000, 10000000]] }",
+     "search.hidden: its prior can draw [10000000, 10000000], and hparams.hidden = [10000000, 10000000] makes one "
+     "network of 100,000,040,000,000 weights: with its optimiser's moments at least "),
+])
+def test_a_prior_that_can_draw_sizes_beyond_the_machine_is_refused(tmp_path, capsys, algorithm, prior, said):
+    # each agent that drew such a value built it on a worker after the cluster started, and failed its segment
+    err = _refused(tmp_path, capsys, f'[run]\nenv = "Pendulum-v1"\nalgorithm = "{algorithm}"\n[search]\n{prior}\n')
+    assert err.startswith(said), err
+
+
 def test_plain_gymnasium_envs_count_their_objects(tmp_path, capsys):
     # each gymnasium env is 2.3-3 KB of Python objects (CartPole, Pendulum, Acrobot), and 0.5-1 ms to build: counted
     # as its observation and step alone (35 bytes), `eval_episodes = 100000000` passed and a worker built envs for hours

@@ -40,12 +40,41 @@ def check_constructs(config: Config) -> None:
     if run.eval_env_kwargs:  # the env that scores segments must build too, or every segment fails after training
         _built(run.env, {**run.env_kwargs, **run.eval_env_kwargs}, "run.eval_env_kwargs", run.eval_env_kwargs)
     for i, group in enumerate(config.groups):
+        prefix = f"groups[{i}]." if len(config.groups) > 1 else ""
         _check_agent_count(group.name, group.algorithm, run.env, env)
-        _check_network_fits(group, env, f"groups[{i}].hparams" if len(config.groups) > 1 else "hparams")
-        make_agent(group.algorithm, env.single_observation_space, env.single_action_space, group.hparams)
-        # after the agent's own buffers (which name the hyper-parameters that size them): the envs' state
-        _check_envs_fit(run.env, env, group.hparams.get("num_envs"),
-                        f"groups[{i}].hparams.num_envs" if len(config.groups) > 1 else "hparams.num_envs")
+        _check_agent_fits(group, group.hparams, env, run.env, f"{prefix}hparams")
+        for key, edge in _sizing_edges(group):
+            try:
+                _check_agent_fits(group, {**group.hparams, key: edge}, env, run.env, f"{prefix}hparams")
+            except (ConfigError, MemoryError, RuntimeError) as e:
+                raise ConfigError(f"{prefix}search.{key}: its prior can draw {edge!r}, and {first_line(e)}") from None
+
+
+def _check_agent_fits(group: GroupConfig, hparams: dict[str, Any], env: Any, env_name: str, field: str) -> None:
+    """A fresh agent of `hparams` builds here, and its network and envs fit this machine's memory."""
+    _check_network_fits(group.algorithm, hparams, env, field)
+    make_agent(group.algorithm, env.single_observation_space, env.single_action_space, hparams)
+    # after the agent's own buffers (which name the hyper-parameters that size them): the envs' state
+    _check_envs_fit(env_name, env, hparams.get("num_envs"), f"{field}.num_envs")
+
+
+def _sizing_edges(group: GroupConfig) -> list[tuple[str, Any]]:
+    """The values `[search]` priors can draw that may size an agent's memory: the largest of an integer range, each
+    option of a choice of integers or lists (`hidden`), where it differs from the group's own value. Floats (rates,
+    discounts) size nothing. A segment built its agent from a drawn `buffer_size` of 10^12 and failed on the worker,
+    each agent that drew one, after the cluster had started."""
+    edges = []
+    for key, prior in group.search.items():
+        values = prior.edges()
+        if prior.kind == "int_uniform":
+            values = values[-1:]
+        elif prior.kind != "choice":
+            continue
+        for value in values:
+            sizes = isinstance(value, (int, list, tuple)) and not isinstance(value, bool)
+            if sizes and value != group.hparams.get(key):
+                edges.append((key, value))
+    return edges
 
 
 def pin_data(config: Config) -> Config:
@@ -157,15 +186,15 @@ def _check_embedded_slots(config: Config) -> None:
     check_segment_slots(config, Slots(resources, layout.workers * layout.threads))
 
 
-def _check_network_fits(group: GroupConfig, env: Any, field: str) -> None:
+def _check_network_fits(algorithm: str, hparams: dict[str, Any], env: Any, field: str) -> None:
     """A network that no memory of this machine holds is refused at once: torch would spend minutes allocating
     it (`hidden = [1000000000]`) before it failed. What is counted is a floor that any agent needs: one network
     from the observation through `hidden` to one output, in float32, and its optimiser's two moments (Adam). An
     ensemble of `num_critics` critics (DDPG, TD3, SAC) is that many such networks: `num_critics = 1000000` with
     `hidden = [128, 128]` is 17 billion weights, which the config's check asked torch for on the client."""
-    hidden = group.hparams.get("hidden") or _algorithm_defaults(group.algorithm).get("hidden")
-    critics = group.hparams.get("num_critics")
-    if not hidden or not (group.hparams.get("hidden") or _is_count(critics)):
+    hidden = hparams.get("hidden") or _algorithm_defaults(algorithm).get("hidden")
+    critics = hparams.get("num_critics")
+    if not hidden or not (hparams.get("hidden") or _is_count(critics)):
         return
     try:
         observation = gymnasium.spaces.flatdim(env.single_observation_space)
