@@ -710,7 +710,7 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
             search[key] = parse_prior(prior, f"{dot}search.{key}")
         except ValueError as e:
             raise ConfigError(str(e) if str(e).startswith(f"{dot}search") else f"{dot}search.{key}: {e}") from None
-        for edge in search[key].edges():  # what any agent may draw, not only one seeded draw
+        for edge in search[key].edges(hparams[key]):  # what any agent may draw, not only one seeded draw
             try:
                 value = coerce(edge, hints[key], key)
                 _check_finite({key: value}, f"{dot}hparams")

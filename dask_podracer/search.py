@@ -56,11 +56,14 @@ class Prior:
         if self.kind == "log_uniform" and low <= 0:
             raise ValueError(f"log_uniform needs low > 0, got {low!r}")
 
-    def edges(self) -> tuple[Any, ...]:
-        """The values a draw can come closest to: a range's bounds (floats unless it is int_uniform), every option."""
+    def edges(self, template: Any = None) -> tuple[Any, ...]:
+        """The values a draw can come closest to: a range's bounds (floats unless it is int_uniform), every option.
+        Given `template`, the hyper-parameter's own value, a range's bounds take its type, as a draw does: a
+        log_uniform over an integer (`buffer_size`) draws rounded integers."""
         if self.kind == "choice":
             return tuple(_plain(v) for v in self.values)
-        return tuple(self.values) if self.kind == "int_uniform" else tuple(float(v) for v in self.values)
+        bounds = tuple(self.values) if self.kind == "int_uniform" else tuple(float(v) for v in self.values)
+        return bounds if template is None else tuple(_like(template, v) for v in bounds)
 
     def sample(self, rng: random.Random) -> Any:
         low, high = (self.values + (None, None))[:2]

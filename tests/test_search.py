@@ -81,3 +81,23 @@ def test_children_with_perturbed_ensembles_load_their_parent_and_train(algorithm
     assert len(sizes) > 1 and len(combines) > 1  # the tournament really changed the ensemble
     if algorithm == "td3":
         assert min(sizes) >= 2  # TD3's twin critics: a child never drops to one
+
+
+def test_a_log_uniform_over_an_integer_draws_rounded_integers_and_its_ends_are_checked_as_such():
+    # `buffer_size = { log_uniform = [1e4, 1e6] }` (the usual scale for sizes) was refused: its ends were checked as
+    # the floats 10000.0 and 1000000.0, though every draw of an integer hyper-parameter is rounded to one
+    from dask_podracer.config import ConfigError, config_from_dict
+    from dask_podracer.search import sample_hparams
+
+    data = {"run": {"env": "Pendulum-v1", "algorithm": "sac"},
+            "search": {"buffer_size": {"log_uniform": [1e4, 1e6]}, "batch_size": {"uniform": [63.6, 256]}}}
+    group = config_from_dict(data).groups[0]
+    draws = [sample_hparams(group.hparams, group.search, random.Random(seed)) for seed in range(50)]
+    assert all(type(d["buffer_size"]) is int and 10_000 <= d["buffer_size"] <= 1_000_000 for d in draws)
+    assert all(type(d["batch_size"]) is int and 64 <= d["batch_size"] <= 256 for d in draws)
+    assert group.search["buffer_size"].edges(group.hparams["buffer_size"]) == (10_000, 1_000_000)
+    assert group.search["buffer_size"].edges() == (10_000.0, 1_000_000.0)  # without the hyper-parameter's type
+    # an end that rounds to an illegal integer is still refused, naming the integer a draw would be
+    data["search"] = {"batch_size": {"log_uniform": [0.4, 256]}}
+    with pytest.raises(ConfigError, match=r"search.batch_size: its prior can draw 0, and batch_size must be "):
+        config_from_dict(data)

@@ -59,17 +59,15 @@ def _check_agent_fits(group: GroupConfig, hparams: dict[str, Any], env: Any, env
 
 
 def _sizing_edges(group: GroupConfig) -> list[tuple[str, Any]]:
-    """The values `[search]` priors can draw that may size an agent's memory: the largest of an integer range, each
-    option of a choice of integers or lists (`hidden`), where it differs from the group's own value. Floats (rates,
-    discounts) size nothing. A segment built its agent from a drawn `buffer_size` of 10^12 and failed on the worker,
+    """The values `[search]` priors can draw that may size an agent's memory: the top of a range over an integer,
+    each option of a choice of integers or lists (`hidden`), where it differs from the group's own value. Floats
+    (rates, discounts) size nothing. A segment built its agent from a drawn `buffer_size` of 10^12 and failed on the worker,
     each agent that drew one, after the cluster had started."""
     edges = []
     for key, prior in group.search.items():
-        values = prior.edges()
-        if prior.kind == "int_uniform":
+        values = prior.edges(group.hparams.get(key))
+        if prior.kind != "choice":
             values = values[-1:]
-        elif prior.kind != "choice":
-            continue
         for value in values:
             sizes = isinstance(value, (int, list, tuple)) and not isinstance(value, bool)
             if sizes and value != group.hparams.get(key):
