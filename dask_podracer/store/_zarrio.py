@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,18 @@ __all__ = ["sync", "resolve_url", "local_path", "open_zarr_store", "read_json", 
 
 
 def resolve_url(url: str | Path) -> str:
-    """Local paths (and ``file://`` URLs) become absolute paths; other URLs are kept as given."""
+    """Local paths (and ``file://`` URLs) become absolute paths; other URLs are kept as given.
+
+    A ``file://`` URL is decoded as one: ``Path.as_uri()`` writes ``file:///runs/my%20run.zarr`` for a directory
+    with a space, which names ``/runs/my run.zarr``, not a new store under a literal ``%20``."""
     text = str(url)
     if "://" in text and not text.startswith("file://"):
         return text
-    return str(Path(text.removeprefix("file://")).expanduser().resolve())
+    if text.startswith("file://"):
+        text = text.removeprefix("file://")
+        # file://localhost/x is /x; file://~/x and file://runs/x.zarr stay the paths they always were
+        text = urllib.parse.unquote(text.removeprefix("localhost") if text.startswith("localhost/") else text)
+    return str(Path(text).expanduser().resolve())
 
 
 def local_path(url: str) -> Path | None:

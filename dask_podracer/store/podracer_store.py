@@ -316,10 +316,16 @@ class PodracerStore:
         """Keep checkpoint ``key`` whatever the retention policy says (an exported champion, a user's choice)."""
         if not self.has_checkpoint(key):
             raise CheckpointNotFound(f"no complete checkpoint '{key}' in store '{self._url}' to pin")
-        pins.pin(self._store, key, " ".join(reason.split())[:200])
+        try:
+            pins.pin(self._store, key, " ".join(reason.split())[:200])
+        except OSError as e:  # a read-only store: one line naming it, not a traceback from deep in zarr
+            raise StoreError(f"cannot pin '{key}' in store '{self._url}': {e.strerror or type(e).__name__}") from None
 
     def unpin(self, key: str) -> None:
-        pins.unpin(self._store, validate_key(key))
+        try:
+            pins.unpin(self._store, validate_key(key))
+        except OSError as e:
+            raise StoreError(f"cannot unpin '{key}' in store '{self._url}': {e.strerror or type(e).__name__}") from None
 
     def pinned(self) -> set[str]:
         """The keys pinned to be kept."""
