@@ -35,6 +35,7 @@ older store raises its root's version (PodracerStore._upgrade_root). 1 - first v
 
 from .checkpoints import Checkpoint
 from .format import FORMAT_VERSION, CheckpointNotFound, ChecksumError, StoreError
+from ._zarrio import resolve_url
 from .podracer_store import PodracerStore
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "ChecksumError",
     "PodracerStore",
     "StoreError",
+    "resolve_url",
 ]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, Self
 
 from dask_podracer.config import LoggingConfig
+from dask_podracer.store import resolve_url
 from dask_podracer.tracking.errors import TrackingError
 
 logger = logging.getLogger(__name__)
@@ -125,8 +126,7 @@ def open_trackers(logging: LoggingConfig, run_name: str, store_url: str, *, orig
     origin = run_origin(store_url) if origin is None else origin
     # the store as PodracerStore names it: `runs/x.zarr` of two directories (every config's default is relative) is
     # two stores, whose runs must not log into one MLflow run or TensorBoard directory
-    store_url = store_url if "://" in store_url and not store_url.startswith("file://") else \
-        str(Path(store_url.removeprefix("file://")).expanduser().resolve())
+    store_url = resolve_url(store_url)
     writers: list[Writer] = []
     try:
         if logging.tensorboard:
