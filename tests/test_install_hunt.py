@@ -153,3 +153,32 @@ def test_a_wheel_built_again_in_the_same_clone_leaves_out_a_module_removed_meanw
     names = build()
     assert "dask_podracer/gone_since.py" not in names
     assert "dask_podracer/cli.py" in names and not any(n.startswith("tests/") for n in names)
+
+
+def test_train_on_a_store_it_cannot_write_is_refused_before_the_embedded_cluster_starts(tmp_path):
+    """The run's lock was first opened after the embedded cluster had started (seconds, Dask's port warnings)."""
+    path = tmp_path / "read only.zarr"
+    PodracerStore(path, create=True)
+    config = tmp_path / "c.toml"
+    config.write_text('[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nmax_segments = 1\n'
+                      '[cluster]\nworkers = 1\ndashboard_address = "127.0.0.1:0"\n')
+    _read_only(path)
+    try:
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            can_write = subprocess.run(_as_a_user_who_cannot_write(["mkdir", str(path / "probe")]),
+                                       capture_output=True, check=False).returncode == 0
+        else:
+            can_write = os.access(path, os.W_OK)
+        if can_write:
+            pytest.skip("this file system lets a read-only directory be written")
+        command = [sys.executable, "-m", "dask_podracer.cli", "train", str(config), "--store", str(path)]
+        scratch = tmp_path / "tmp"  # where a cluster's workers would make their dask-scratch-space
+        scratch.mkdir()
+        done = subprocess.run(_as_a_user_who_cannot_write(command), capture_output=True, text=True, timeout=120,
+                              check=False, env={**os.environ, "TMPDIR": str(scratch)})
+    finally:
+        _writable_again(path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [f"podracer: error: store '{path}': cannot open its run.lock "
+                                        "(Permission denied)"], done.stderr
+    assert not (scratch / "dask-scratch-space").exists(), "a cluster started"

@@ -276,8 +276,8 @@ def check_store_fits(config: Config) -> None:
     Its checkpoints were trained on one env, by agents of named groups: a config for another env, or
     one that lacks a group its agents or entries belong to (or gives that group another algorithm),
     would fail every segment that starts from them. A store with a run going on it, from another client, is
-    refused too (population/run_lease.py), and so is a store that cannot be created where it is named. The
-    store is only read.
+    refused too (population/run_lease.py), and so is a store that cannot be created where it is named, or held
+    (a read-only one, one `podracer gc` holds). The store is only read, but for its lock file.
     """
     url = config.store_url
     if not PodracerStore.exists(url):
@@ -286,6 +286,8 @@ def check_store_fits(config: Config) -> None:
     store = PodracerStore(url)
     board, state = store.read_leaderboard(), store.read_run_state()
     check_no_run_going(url, state)
+    with store.hold_run():  # held, and let go: a store this process cannot write, or `podracer gc` holds, is
+        pass                # refused here, not once the embedded cluster has started (the run holds it again then)
     recorded = state.get("env") or next((e["env"] for e in board if e.get("env")), None)
     again = "resume it with the config that started it, or give another store (--store)"
     if recorded is not None and recorded != config.run.env:
