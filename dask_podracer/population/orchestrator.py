@@ -78,7 +78,7 @@ class Progress:
     """Where the result entered the leaderboard (0 = top), None if it did not."""
     error: str | None
     running: int
-    """Segments training now."""
+    """Segments training now, the replacement of the segment reported on included (submitted right after)."""
     budget_spent: float | None = None
     """Seconds of `run.budget` spent: `wall_seconds` plus what an interrupted invocation that this one continues
     spent (the run stops when it reaches the budget); None from callers that do not say."""
@@ -522,8 +522,15 @@ class _Loop:
         best = self.machine.best_score()
         self.curve.append({"wall_seconds": self._elapsed(), "env_steps": self.env_steps, "best_score": best})
         self.on_progress(Progress(self._elapsed(), self.completed, self.failed, self.env_steps, best, result, rank,
-                                  error, len(self.futures), budget_spent=self._budget_spent()))
+                                  error, self._running_after(instructions), budget_spent=self._budget_spent()))
         return record
+
+    def _running_after(self, instructions: list[Instruction]) -> int:
+        """Segments training once `instructions` are carried out: the progress is reported just before, and a
+        finished segment's replacement (a Train) is running by the time the line is read."""
+        started = sum(isinstance(i, Train) for i in instructions)
+        cancelled = sum(isinstance(i, Cancel) and i.key in self.futures for i in instructions)
+        return len(self.futures) + started - cancelled
 
     def _record_cancel(self, train: Train, reason: str) -> None:
         """A cancelled segment is recorded too (never scored): the pool's decisions stay traceable."""
