@@ -384,6 +384,9 @@ class Config:
     """Where the config came from, for messages."""
     settings: tuple[str, ...] = ()
     """The `--set SECTION.KEY=VALUE` changes made to the file's values, in order; the run state records them."""
+    file: str | None = None
+    """The absolute path of the file it was read from (None: built in Python). The run state records it, so that
+    `podracer status` names the file from any directory (`source` is the path as given, relative or not)."""
     store: StoreConfig = dataclasses.field(default_factory=StoreConfig)
     """Retention of the store's checkpoints ([store]); where the store is, is run.store."""
     logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
@@ -481,7 +484,7 @@ def load_config(path: str | Path, settings: Sequence[str] = ()) -> Config:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     source = str(path) if not settings else f"{path} with --set"
     config = config_from_dict(apply_settings(data, settings), source=source, default_name=path.stem)
-    return dataclasses.replace(config, settings=tuple(settings))
+    return dataclasses.replace(config, settings=tuple(settings), file=str(path.resolve()))
 
 
 def parse_setting(text: str) -> tuple[tuple[str, ...], Any]:

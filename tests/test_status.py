@@ -1,5 +1,6 @@
 """`podracer status STORE`: whether a run is going, its best score, segments, budget and last error, from the store."""
 
+import dataclasses
 import json
 import threading
 import time
@@ -148,3 +149,25 @@ def test_status_does_not_date_an_error_of_an_earlier_invocation_by_run_time():
     status = store_status(state, [], [*earlier, failure("s2", 230.0)], "/s.zarr", now=NOW + 5.0)
     assert status.last_error["date"] == NOW - 20.0
     assert format_status(status).splitlines()[-1].endswith("(s2, agent 0, 25.0s ago)")
+
+
+def test_the_state_names_the_config_file_by_its_absolute_path(tmp_path, monkeypatch, cpu_client, capsys):
+    # a config given as `../c.toml` was recorded as written: `podracer status`, run from another directory, named
+    # a file that is not there
+    from dask_podracer.config import load_config
+    from dask_podracer.population import run_tournament
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "c.toml").write_text(
+        '[run]\nenv = "Pendulum-v1"\nalgorithm = "sac"\nmax_segments = 1\n'
+        '[segment]\nenv_steps = 64\neval_episodes = 2\n[hparams]\nnum_envs = 2\nlearning_starts = 32\n'
+        'batch_size = 16\nhidden = [16, 16]\n')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = load_config("../configs/c.toml", ["segment.eval_episodes=3"])
+    assert config.source == "../configs/c.toml with --set"  # messages keep the path as given
+    store = tmp_path / "s.zarr"
+    run_tournament(dataclasses.replace(config, run=dataclasses.replace(config.run, store=str(store))), cpu_client)
+    assert PodracerStore(store).read_run_state()["config"] == f"{tmp_path / 'configs' / 'c.toml'} with --set"
+    assert main(["status", str(store)]) == 0
+    assert f"{tmp_path / 'configs' / 'c.toml'} with --set segment.eval_episodes=3" in capsys.readouterr().out

@@ -185,6 +185,14 @@ def _check_arguments(config: Any, client: Any, scheduler: Any, tls: Any, functio
         raise ValueError(f"poll_seconds must be a positive number, got {poll_seconds!r}")
 
 
+def _config_named(config: Config) -> str:
+    """The config as the run state names it: its file's absolute path (`podracer status` may run anywhere), with
+    the `--set` of its source when there were settings; a config built in Python by its source."""
+    if config.file is None:
+        return config.source
+    return f"{config.file} with --set" if config.settings else config.file
+
+
 def _add_page_plugin(client: Client, store_url: str) -> None:
     """Serve this run's store on the scheduler's Podracer pages, beside the pages of the other runs it serves
     (a shared cluster: the page links to each, and shows the newest run still going unless asked for one).
@@ -585,7 +593,7 @@ class _Loop:
             # what `podracer status` and `podracer tensorboard` know of the config that ran it
             "name": self.config.run.name, "budget_seconds": self.config.run.budget_seconds,
             "max_segments": self.config.run.max_segments,
-            "config": self.config.source, "settings": list(self.config.settings),
+            "config": _config_named(self.config), "settings": list(self.config.settings),
         })
         if retention.retention:
             self._collect()  # after the state: a resumed run never finds an agent on a deleted checkpoint
