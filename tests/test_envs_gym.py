@@ -119,6 +119,10 @@ def test_an_unknown_id_and_a_missing_mujoco_are_named_in_one_line():
 
     with pytest.raises(ValueError, match=r"^gym:Foo-v0: Environment `Foo` doesn't exist"):
         make_vec_env("gym:Foo-v0", 1)
+    # an id without its version names the ids it may mean (gymnasium says only "No registered env with id")
+    with pytest.raises(ValueError, match=r"^gym:CartPole: .*; write it with a version: gym:CartPole-v1, "
+                                         r"gym:CartPole-v0 \(newest first\)$"):
+        make_vec_env("gym:CartPole", 1)
     # MuJoCo's absence, as gymnasium meets it (an import that fails), in a fresh interpreter
     code = ("import sys; sys.modules['mujoco'] = None\n"
             "from dask_podracer.envs import make_vec_env\n"

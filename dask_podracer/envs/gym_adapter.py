@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import re
 import warnings
 from typing import Any
 
@@ -55,6 +56,19 @@ def _flattens(space: gym.Space) -> bool:
         return isinstance(gym.spaces.flatten_space(space), gym.spaces.Box)
     except (NotImplementedError, TypeError, ValueError):
         return False
+
+
+def _versions_hint(env_id: str) -> str:
+    """For an id written without its version (`gym:CartPole`, which gymnasium calls unregistered): the registered
+    ids of that name, newest first."""
+    if not isinstance(env_id, str) or re.search(r"-v\d+$", env_id):
+        return ""
+    versions = sorted((spec.version, spec.id) for spec in gym.registry.values()
+                      if spec.version is not None and f"{spec.namespace + '/' if spec.namespace else ''}{spec.name}"
+                      == env_id)
+    if not versions:
+        return ""
+    return f"; write it with a version: {', '.join(f'gym:{id_}' for _, id_ in reversed(versions))} (newest first)"
 
 
 def _float32(space: gym.spaces.Box) -> gym.spaces.Box:
@@ -112,7 +126,7 @@ class GymVecEnv:
                      else "")
             raise ImportError(f"{self.name} cannot be made here: {e}{extra}") from e
         except gym.error.Error as e:  # an unknown id or version, a bad keyword
-            raise ValueError(f"{self.name}: {e}") from e
+            raise ValueError(f"{self.name}: {e}{_versions_hint(self.env_id)}") from e
         self.single_observation_space = self.env.single_observation_space
         if self.flattened is not None:  # presented as the float32 our observations are (gymnasium's one-hot is int64)
             self.single_observation_space = _float32(self.single_observation_space)
