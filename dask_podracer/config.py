@@ -690,10 +690,19 @@ _GROUP_KEYS = ("name", "algorithm", "weight", "env_steps", "hparams", "search")
 def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
     """One group: its algorithm's hyper-parameters validated, its priors parsed."""
     dot = f"{prefix}." if prefix else ""
+    algorithm = raw.get("algorithm")
+    hparams = algorithm_info(algorithm).config_cls if algorithm in registered_algorithms() else None
     for key in raw:
-        if key not in _GROUP_KEYS:
-            raise ConfigError(f"unknown key {dot}{key}{did_you_mean(key, _GROUP_KEYS)} (known: "
-                              f"{', '.join(_GROUP_KEYS)})")
+        if key in _GROUP_KEYS:
+            continue
+        if hparams is not None and key in {f.name for f in dataclasses.fields(hparams)}:
+            raise ConfigError(f"unknown key {dot}{key}: it is a hyper-parameter of {algorithm}; set it in a "
+                              f"[groups.hparams] table below this [[groups]] line")
+        owners = [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+        if owners:
+            raise ConfigError(f"unknown key {dot}{key}: it is a key of [{owners[0]}], which all groups share")
+        raise ConfigError(f"unknown key {dot}{key}{did_you_mean(key, _GROUP_KEYS)} (known: "
+                          f"{', '.join(_GROUP_KEYS)})")
     if "algorithm" not in raw:
         raise ConfigError(f"missing key {dot}algorithm")
     algorithm = coerce(raw["algorithm"], str, f"{dot}algorithm")

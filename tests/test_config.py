@@ -92,6 +92,11 @@ BAD_CONFIGS = [
                                                   "of [tournament]"),
     ({**GOOD, "segment": {"gamma": 0.9}}, "unknown key segment.gamma: it is a hyper-parameter of sac, set in "
                                           "[hparams], not in [segment]"),
+    ({"run": {"env": "Pendulum-v1"}, "groups": [{"algorithm": "sac", "gamma": 0.9}]},
+     "unknown key groups[0].gamma: it is a hyper-parameter of sac; set it in a [groups.hparams] table below this "
+     "[[groups]] line"),
+    ({"run": {"env": "Pendulum-v1"}, "groups": [{"algorithm": "sac", "max_segments": 3}]},
+     "unknown key groups[0].max_segments: it is a key of [run], which all groups share"),
 ]
 
 
