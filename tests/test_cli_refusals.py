@@ -142,6 +142,26 @@ def test_train_refuses_a_directory_of_other_files_as_its_store_before_any_cluste
     assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("notes.txt", "mine")]
 
 
+@pytest.mark.parametrize("command", ["status", "leaderboard", "train"])
+def test_a_directory_of_stores_or_a_config_given_as_the_store_names_the_stores(tmp_path, capsys, no_cluster,
+                                                                             command):
+    # `podracer status runs` (the folder of the runs) and `podracer status pendulum.toml` (the run's config) said
+    # only "not a podracer store"
+    from dask_podracer.store import PodracerStore
+
+    for name in ("b.zarr", "a.zarr"):
+        PodracerStore(tmp_path / name, create=True)
+    (tmp_path / "notes").mkdir()
+    argv = {"train": ["train", PENDULUM, "--store"]}.get(command, [command])
+    assert main([*argv, str(tmp_path)]) == EXIT_USAGE
+    assert _error(capsys).endswith(f"'{tmp_path}' is not empty and holds no Zarr group: not a podracer store; it "
+                                   f"holds the stores {tmp_path / 'a.zarr'}, {tmp_path / 'b.zarr'}")
+    if command != "train":
+        assert main([command, PENDULUM]) == EXIT_USAGE
+        assert _error(capsys).endswith("is a file, not a podracer store; a config names its run's store in "
+                                       "run.store (runs/<run.name>.zarr by default)")
+
+
 def test_checking_that_a_store_can_be_created_leaves_nothing_behind(tmp_path):
     PodracerStore.check_creatable(tmp_path / "deep" / "er" / "s.zarr")
     assert list(tmp_path.iterdir()) == []
@@ -192,7 +212,7 @@ BIG = "1180591620717411303424"  # 2**70
     ("pendulum.toml", "search.gamma={uniform=[0.98,1.0001]}",
      "search.gamma: its prior can draw 1.0001, and gamma must be in [0, 1]"),
     ("pendulum.toml", "search.num_envs={int_uniform=[1,2.5]}", "int_uniform needs integer bounds"),
-    ("pendulum.toml", "search.num_envs={uniform=[1,4]}", "its prior can draw 1.0, and num_envs must be an integer"),
+    ("pendulum.toml", "search.num_envs={uniform=[0.2,4]}", "its prior can draw 0, and num_envs must be >= 1, got 0"),
     ("pendulum_mixed.toml", "groups.sac.name=../x", "groups[0].name must be ASCII letters"),
     ("pendulum.toml", "groups=5", "groups must be a non-empty list of tables ([[groups]]), got int 5"),
     ("pendulum.toml", "logging.mlflow=OUT/afile/ml", "cannot create the MLflow tracking store"),

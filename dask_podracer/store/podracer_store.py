@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,6 +52,34 @@ def _check_root(meta: dict[str, Any], url: str) -> None:
         )
 
 
+STORES_NAMED = 5
+"""The most stores a refusal of the directory that holds them names."""
+
+
+def _what_it_may_be(path: Path) -> str:
+    """A hint for a path given where a store goes: a config file (`podracer status pendulum.toml`) names its store in
+    run.store; a directory of stores (`podracer status runs`) holds the store meant, which the hint names."""
+    if path.is_file():
+        return ("; a config names its run's store in run.store (runs/<run.name>.zarr by default)"
+                if path.suffix == ".toml" else "")
+    try:
+        inside = sorted(child for child in path.iterdir() if child.is_dir() and _is_podracer_root(child / "zarr.json"))
+    except OSError:
+        return ""
+    if not inside:
+        return ""
+    more = f" and {len(inside) - STORES_NAMED} more" if len(inside) > STORES_NAMED else ""
+    return f"; it holds the stores {', '.join(str(p) for p in inside[:STORES_NAMED])}{more}"
+
+
+def _is_podracer_root(meta: Path) -> bool:
+    try:
+        root = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(root, dict) and (root.get("attributes") or {}).get("format") == FORMAT_NAME
+
+
 class PodracerStore:
     """Checkpoints, leaderboard, history and run state of one tournament, in one Zarr store.
 
@@ -65,7 +95,7 @@ class PodracerStore:
         self._url = resolve_url(url)
         path = local_path(self._url)
         if path is not None and path.exists() and not path.is_dir():
-            raise StoreError(f"'{self._url}' is a file, not a podracer store")
+            raise StoreError(f"'{self._url}' is a file, not a podracer store{_what_it_may_be(path)}")
         if path is not None and not path.exists():
             if not create:
                 raise StoreError(f"no podracer store at '{self._url}'")  # checked first: opening would mkdir it
@@ -74,7 +104,8 @@ class PodracerStore:
         root = read_json(self._store, "zarr.json", self._url)
         if root is None:
             if list_children(self._store, ""):
-                raise StoreError(f"'{self._url}' is not empty and holds no Zarr group: not a podracer store")
+                raise StoreError(f"'{self._url}' is not empty and holds no Zarr group: not a podracer store"
+                                 f"{_what_it_may_be(path)}")
             if not create:
                 raise StoreError(f"no podracer store at '{self._url}'")
             try:
@@ -153,10 +184,11 @@ class PodracerStore:
             return
         if path.is_dir():  # no zarr.json in it: creating the store there works only if it is empty
             if any(path.iterdir()):
-                raise StoreError(f"'{resolved}' is not empty and holds no Zarr group: not a podracer store")
+                raise StoreError(f"'{resolved}' is not empty and holds no Zarr group: not a podracer store"
+                                 f"{_what_it_may_be(path)}")
             return
         if path.exists():
-            raise StoreError(f"'{resolved}' is a file, not a podracer store")
+            raise StoreError(f"'{resolved}' is a file, not a podracer store{_what_it_may_be(path)}")
         parent = next(p for p in path.parents if p.exists())
         if not parent.is_dir():
             raise StoreError(f"cannot create store '{resolved}': '{parent}' is a file, not a directory")
