@@ -550,7 +550,7 @@ def _check_keys_in_their_section(raw: Mapping[str, Any], section: str, run: Any)
     for key in raw:
         if key in own:
             continue
-        owners = [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+        owners = _sections_with(key)
         if owners:
             raise ConfigError(f"unknown key {section}.{key}: it is a key of [{owners[0]}], not of [{section}]")
         if key in hparams:
@@ -558,9 +558,14 @@ def _check_keys_in_their_section(raw: Mapping[str, Any], section: str, run: Any)
                               f"[hparams], not in [{section}]")
 
 
+def _sections_with(key: str) -> list[str]:
+    """The sections that have a key `key` ([run], [segment], ...)."""
+    return [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+
+
 def _key_outside_sections(key: str) -> str:
     """Say where a key written above every [section] line belongs (TOML puts it at the top level)."""
-    owners = [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    owners = _sections_with(key)
     if owners:
         return f"key {key!r} is outside any section: it belongs in [{owners[0]}] (write it below a [{owners[0]}] line)"
     return (f"key {key!r} is outside any section: every key belongs below a [section] line ([run], [tournament], "
@@ -691,14 +696,14 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
     """One group: its algorithm's hyper-parameters validated, its priors parsed."""
     dot = f"{prefix}." if prefix else ""
     algorithm = raw.get("algorithm")
-    hparams = algorithm_info(algorithm).config_cls if algorithm in registered_algorithms() else None
+    hparams_cls = algorithm_info(algorithm).config_cls if algorithm in registered_algorithms() else None
     for key in raw:
         if key in _GROUP_KEYS:
             continue
-        if hparams is not None and key in {f.name for f in dataclasses.fields(hparams)}:
+        if hparams_cls is not None and key in {f.name for f in dataclasses.fields(hparams_cls)}:
             raise ConfigError(f"unknown key {dot}{key}: it is a hyper-parameter of {algorithm}; set it in a "
                               f"[groups.hparams] table below this [[groups]] line")
-        owners = [name for name, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+        owners = _sections_with(key)
         if owners:
             raise ConfigError(f"unknown key {dot}{key}: it is a key of [{owners[0]}], which all groups share")
         raise ConfigError(f"unknown key {dot}{key}{did_you_mean(key, _GROUP_KEYS)} (known: "
