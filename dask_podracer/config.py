@@ -544,9 +544,7 @@ def _check_keys_in_their_section(raw: Mapping[str, Any], section: str, run: Any)
     the section it belongs in; a plain "unknown key" with the section's own fields left the user to search."""
     own = {f.name for f in dataclasses.fields(_SECTIONS[section])}
     algorithm = run.get("algorithm", RunConfig.algorithm) if isinstance(run, Mapping) else None
-    hparams = set()
-    if algorithm in registered_algorithms():
-        hparams = {f.name for f in dataclasses.fields(algorithm_info(algorithm).config_cls)}
+    hparams = _hparam_names(algorithm)
     for key in raw:
         if key in own:
             continue
@@ -556,6 +554,13 @@ def _check_keys_in_their_section(raw: Mapping[str, Any], section: str, run: Any)
         if key in hparams:
             raise ConfigError(f"unknown key {section}.{key}: it is a hyper-parameter of {algorithm}, set in "
                               f"[hparams], not in [{section}]")
+
+
+def _hparam_names(algorithm: Any) -> set[str]:
+    """The hyper-parameters of `algorithm` (none for a value that names no registered algorithm: refused later)."""
+    if algorithm not in registered_algorithms():
+        return set()
+    return {f.name for f in dataclasses.fields(algorithm_info(algorithm).config_cls)}
 
 
 def _sections_with(key: str) -> list[str]:
@@ -696,11 +701,11 @@ def _group(raw: Mapping[str, Any], prefix: str) -> GroupConfig:
     """One group: its algorithm's hyper-parameters validated, its priors parsed."""
     dot = f"{prefix}." if prefix else ""
     algorithm = raw.get("algorithm")
-    hparams_cls = algorithm_info(algorithm).config_cls if algorithm in registered_algorithms() else None
+    hparam_names = _hparam_names(algorithm)
     for key in raw:
         if key in _GROUP_KEYS:
             continue
-        if hparams_cls is not None and key in {f.name for f in dataclasses.fields(hparams_cls)}:
+        if key in hparam_names:
             raise ConfigError(f"unknown key {dot}{key}: it is a hyper-parameter of {algorithm}; set it in a "
                               f"[groups.hparams] table below this [[groups]] line")
         owners = _sections_with(key)

@@ -61,8 +61,8 @@ def _check_agent_fits(group: GroupConfig, hparams: dict[str, Any], env: Any, env
 def _sizing_edges(group: GroupConfig) -> list[tuple[str, Any]]:
     """The values `[search]` priors can draw that may size an agent's memory: the top of a range over an integer,
     each option of a choice of integers or lists (`hidden`), where it differs from the group's own value. Floats
-    (rates, discounts) size nothing. A segment built its agent from a drawn `buffer_size` of 10^12 and failed on the worker,
-    each agent that drew one, after the cluster had started."""
+    (rates, discounts) size nothing. A segment built its agent from a drawn `buffer_size` of 10^12 and failed on
+    the worker, each agent that drew one, after the cluster had started."""
     edges = []
     for key, prior in group.search.items():
         values = prior.edges(group.hparams.get(key))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -63,21 +62,13 @@ def _what_it_may_be(path: Path) -> str:
         return ("; a config names its run's store in run.store (runs/<run.name>.zarr by default)"
                 if path.suffix == ".toml" else "")
     try:
-        inside = sorted(child for child in path.iterdir() if child.is_dir() and _is_podracer_root(child / "zarr.json"))
+        inside = sorted(child for child in path.iterdir() if child.is_dir() and PodracerStore.exists(child))
     except OSError:
         return ""
     if not inside:
         return ""
     more = f" and {len(inside) - STORES_NAMED} more" if len(inside) > STORES_NAMED else ""
     return f"; it holds the stores {', '.join(str(p) for p in inside[:STORES_NAMED])}{more}"
-
-
-def _is_podracer_root(meta: Path) -> bool:
-    try:
-        root = json.loads(meta.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(root, dict) and (root.get("attributes") or {}).get("format") == FORMAT_NAME
 
 
 class PodracerStore:
